@@ -28,7 +28,8 @@ enum class GgufValueType : uint32_t {
 // allowed by the spec and kept.
 struct GgufValue {
   GgufValueType type = GgufValueType::kUint8;
-  // Scalars: integers in `i` (or `u` for uint64), floats in `f`, bool in `i`.
+  // Scalars: integers in `i` (or `u` for uint64; the reader also mirrors a
+  // uint64 that fits into `i`), floats in `f`, bool in `i` (0 / 1).
   int64_t i = 0;
   uint64_t u = 0;
   double f = 0;
@@ -50,8 +51,12 @@ struct GgufTensorInfo {
 class GgufFile {
  public:
   // Maps and parses `path`. Errors (InvalidArgument / NotFound / DataLoss) name
-  // the field and byte offset that failed ("tensor 3 'blk.0.attn_q.weight':
-  // data [1024, 2048) past end of file (1500 bytes)").
+  // the field and byte offset that failed ("tensor 3 ('blk.0.attn_q.weight'):
+  // data range [1024, 2048) ... past end of file (1500 bytes)"). DataLoss: the
+  // file ends before a field, a count or length cannot fit in the bytes left,
+  // or tensor data lies past the end; InvalidArgument: a value is malformed
+  // (magic, version, type id, n_dims, dims, alignment, duplicates).
+  // A file changed or truncated by someone else while mapped is not detected.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
   // Parses an in-memory image (copied). For tests and fuzzing.
   static absl::StatusOr<std::unique_ptr<GgufFile>> FromBuffer(absl::Span<const uint8_t> bytes);
@@ -64,6 +69,8 @@ class GgufFile {
   uint64_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }
   const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
+  // Metadata keys in file order (metadata() is sorted); the quantizer copies in this order.
+  const std::vector<std::string>& metadata_keys() const { return metadata_keys_; }
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
 
   const GgufValue* Find(absl::string_view key) const;
@@ -92,6 +99,7 @@ class GgufFile {
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;
   std::map<std::string, GgufValue> metadata_;
+  std::vector<std::string> metadata_keys_;
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
 };
@@ -119,10 +127,18 @@ class GgufWriter {
   absl::Status AddTensorFromF32(const std::string& name, GgmlType type, std::vector<int64_t> dims,
                                 absl::Span<const float> data);
 
+  // Errors: InvalidArgument for a bad general.alignment or a malformed value
+  // (array element of the wrong type, integer out of range for its type).
   absl::StatusOr<std::vector<uint8_t>> Serialize() const;
+  // Streams the file to `path` via a temporary file renamed into place.
   absl::Status WriteFile(const std::string& path) const;
 
  private:
+  void Set(const std::string& key, GgufValue value);
+  absl::StatusOr<uint64_t> Alignment() const;
+  // Header, metadata, tensor infos and the padding up to the data section.
+  absl::StatusOr<std::vector<uint8_t>> SerializeHeader() const;
+
   struct Tensor {
     std::string name;
     GgmlType type;
@@ -133,5 +149,45 @@ class GgufWriter {
   std::vector<Tensor> tensors_;
   uint32_t alignment_ = 32;
 };
+
+// One tensor of a QuantizeGgufFile run.
+struct GgufQuantizeTensorReport {
+  std::string name;
+  std::vector<int64_t> dims;
+  GgmlType from = GgmlType::kF32;
+  GgmlType to = GgmlType::kF32;
+  int64_t bytes_before = 0;
+  int64_t bytes_after = 0;
+};
+
+struct GgufQuantizeReport {
+  std::vector<GgufQuantizeTensorReport> tensors;
+  int64_t bytes_before = 0;  // tensor data only
+  int64_t bytes_after = 0;
+  int64_t file_bytes_before = 0;
+  int64_t file_bytes_after = 0;
+};
+
+// llama.cpp's general.file_type values (LLAMA_FTYPE_*) for the types we write.
+inline constexpr uint32_t kLlamaFtypeMostlyQ4_0 = 2;
+inline constexpr uint32_t kLlamaFtypeMostlyQ8_0 = 7;
+
+// Converts the F32/F16/BF16 GGUF `in` to `type` (Q8_0 or Q4_0) as llama.cpp's
+// quantize does, writing `out` (GGUF v3):
+//  - quantized: tensors named "*weight" with n_dims >= 2 whose row length is a
+//    multiple of 32, except "*_norm.weight", "ffn_gate_inp.weight" (MoE router),
+//    position / token-type embeddings and the other small tensors llama.cpp
+//    keeps; all other tensors (1-D norms, biases, rope_freqs) are copied as they are.
+//  - with type Q4_0, output.weight (or token_embd.weight when there is no
+//    output.weight, i.e. tied embeddings) becomes Q8_0: llama.cpp keeps the
+//    output tensor at Q6_K, which we don't have, and falls back to Q8_0 itself
+//    when the row length is not a multiple of 256.
+//  - all metadata is kept in order; general.file_type becomes 7 (Q8_0) or 2
+//    (Q4_0) and general.quantization_version 2.
+// Input tensors that would be quantized but already are (Q8_0 / Q4_0) give
+// FailedPrecondition (llama.cpp refuses to requantize by default). `report`,
+// when set, receives one line per tensor and the sizes.
+absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, GgmlType type,
+                              GgufQuantizeReport* report = nullptr);
 
 }  // namespace tandem

@@ -31,6 +31,9 @@ struct KvCacheConfig {
   int32_t block_size = 16;       // tokens per block
   bool enable_prefix_cache = true;
   uint64_t model_id = 0;         // seeds the hash chain: blocks of two models never alias
+
+  // InvalidArgument naming the field (num_blocks < 0, block_size <= 0).
+  absl::Status Validate() const;
 };
 
 // Copies the engine must perform before writing: duplicate block `src` into
@@ -51,12 +54,19 @@ struct KvCacheStats {
 };
 
 // The hash of a full block given the hash of the previous one (or the model
-// seed for the first) and the block's token ids.
+// seed for the first) and the block's token ids. Each token id is absorbed with
+// the splitmix64 finalizer (a bijective 64-bit mix with full avalanche):
+// h = Mix(h ^ (token + golden)), after folding in the block length, so two
+// blocks share a hash only by a 64-bit accident; equal blocks after different
+// prefixes differ because `prev` differs. Stable across processes and builds
+// (no per-process salt): a router may compute the same names.
 BlockHash ChainBlockHash(BlockHash prev, absl::Span<const int32_t> tokens);
 BlockHash ModelSeedHash(uint64_t model_id);
 
 class KvCacheManager {
  public:
+  // Precondition: config.Validate() is ok (CHECKed: the config is validated
+  // once at startup, so a bad one here is a bug).
   explicit KvCacheManager(const KvCacheConfig& config);
 
   const KvCacheConfig& config() const { return config_; }
@@ -70,22 +80,35 @@ class KvCacheManager {
 
   // Makes room for the sequence to hold `num_tokens` tokens in total,
   // allocating blocks (evicting LRU cached blocks if needed). If the write
-  // position falls inside a block shared with another sequence, that block is
-  // copied first (appended to `copies`). ResourceExhausted when the pool
-  // cannot supply the blocks (nothing is changed then). NotFound for unknown seq.
+  // position (the committed token count) falls inside a block shared with
+  // another sequence, that block is copied first (appended to `copies`; the
+  // engine must copy the KV bytes before writing). Never shrinks a table.
+  // ResourceExhausted when the pool cannot supply the blocks (nothing is
+  // changed then; the message names needed and free blocks). NotFound for
+  // unknown seq; InvalidArgument for num_tokens < 0, or when a copy is needed
+  // and `copies` is null.
   absl::Status Reserve(SequenceId seq, int32_t num_tokens, std::vector<BlockCopy>* copies);
 
   // Records that the sequence's KV now holds `tokens` (all tokens so far,
   // prompt and generated): every newly full block is named and entered into
-  // the prefix cache.
+  // the prefix cache. If another block already holds that name, the cache
+  // keeps the existing one and this block stays private (unnamed).
+  // NotFound for unknown seq; InvalidArgument if `tokens` is shorter than what
+  // was committed before or longer than what was reserved.
   absl::Status Commit(SequenceId seq, absl::Span<const int32_t> tokens);
 
-  // New sequence `dst` sharing all of `src`'s blocks (refcounted; parallel
-  // sampling / beam search). The shared last partial block is copied on write.
+  // New sequence `dst` sharing the blocks that hold `src`'s committed tokens
+  // (refcounted; parallel sampling / beam search); blocks `src` reserved
+  // beyond them stay private to `src`. The shared last partial block is copied
+  // on the next Reserve of whichever sequence writes first. Call between
+  // steps (after Commit, before the next Reserve). NotFound for unknown src,
+  // AlreadyExists if dst is live.
   absl::Status Fork(SequenceId src, SequenceId dst);
 
   // Drops the sequence: blocks whose count reaches zero go back to the free
-  // list, named ones kept as evictable prefix-cache blocks (LRU order).
+  // list, named ones kept as evictable prefix-cache blocks (LRU order). Blocks
+  // are released last-first, so a chain's tail is evicted before its head
+  // (the head is what other prompts can still reuse). NotFound for unknown seq.
   absl::Status Free(SequenceId seq);
 
   // Drops every unreferenced cached block (e.g. on model reload).
@@ -98,15 +121,19 @@ class KvCacheManager {
   int32_t num_used_blocks() const;
   int32_t num_cached_blocks() const;
   int32_t BlocksNeeded(int32_t num_tokens) const;
-  // Length in tokens of the longest cached prefix of `tokens` (full blocks only).
+  // Length in tokens of the longest cached prefix of `tokens` (full blocks
+  // only; cached means named, whether in use or evictable). Unlike
+  // AddSequence it does not leave a token to compute, nor count as a query.
   int32_t LongestCachedPrefix(absl::Span<const int32_t> tokens) const;
+  // prefix_queries_tokens counts every prompt token passed to AddSequence
+  // (prefix cache on); prefix_hits_tokens those attached from the cache.
   KvCacheStats stats() const;
-  int32_t ref_count(BlockId block) const;
+  int32_t ref_count(BlockId block) const;  // 0 for an id outside the pool
 
  private:
   struct Block {
     int32_t ref_count = 0;
-    std::optional<BlockHash> hash;            // set once full and committed
+    std::optional<BlockHash> hash;            // set iff cached_[*hash] == this block
     std::vector<int32_t> tokens;              // the block's token ids when named (collision check)
     std::list<BlockId>::iterator lru_it;      // valid while in lru_
     bool in_lru = false;
@@ -118,8 +145,17 @@ class KvCacheManager {
     BlockHash last_hash = 0;
   };
 
-  absl::StatusOr<BlockId> AllocateBlock();
+  // Pops a free block, else evicts the LRU head. CHECKs that one is available:
+  // callers count first (Reserve is all-or-nothing).
+  BlockId AllocateBlock();
   void ReleaseBlock(BlockId id);
+  // Detaches `id` from the LRU list and prefix map and returns it to the free list.
+  void DropCachedBlock(BlockId id);
+  // Walks the prompt's full blocks (at most `max_blocks`) through the prefix
+  // map, verifying token ids; appends matches to `out` and their chain's last
+  // hash to `*last_hash`.
+  void MatchPrefix(absl::Span<const int32_t> tokens, int32_t max_blocks,
+                   std::vector<BlockId>* out, BlockHash* last_hash) const;
 
   KvCacheConfig config_;
   std::vector<Block> blocks_;
@@ -127,6 +163,7 @@ class KvCacheManager {
   std::list<BlockId> lru_;                    // unreferenced named blocks, oldest first
   absl::flat_hash_map<BlockHash, BlockId> cached_;
   absl::flat_hash_map<SequenceId, Sequence> seqs_;
+  int32_t num_used_ = 0;                      // blocks with ref_count > 0
   int64_t prefix_hits_tokens_ = 0;
   int64_t prefix_queries_tokens_ = 0;
   int64_t evictions_ = 0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace tandem {
@@ -29,9 +30,10 @@ struct SamplingParams {
   std::vector<std::string> stop_strings;
   bool ignore_eos = false;
 
-  // InvalidArgument naming the field (temperature < 0, top_p outside (0,1],
-  // min_p outside [0,1], top_k < 0, repetition_penalty <= 0, top_logprobs
-  // outside [0, 20], empty stop string).
+  // InvalidArgument naming the field (temperature < 0 or not finite, top_p
+  // outside (0,1], min_p outside [0,1], top_k < 0, repetition_penalty <= 0 or
+  // not finite, repetition_window < 0, top_logprobs outside [0, 20], empty
+  // stop string).
   absl::Status Validate() const;
 };
 
@@ -42,8 +44,11 @@ struct TokenLogprob {
 
 struct SampleResult {
   int32_t token = -1;
-  float logprob = 0.0f;                    // log-softmax of the raw logits (before penalties/temperature)
-  std::vector<TokenLogprob> top_logprobs;  // sorted, most likely first
+  // log-softmax of the raw logits (before penalties/temperature) at `token`.
+  // Computed only when params.logprobs or top_logprobs > 0 (it costs a pass of
+  // exp over the vocabulary); 0 otherwise.
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top_logprobs;  // sorted, most likely first (ties: lower id)
 };
 
 class Sampler {
@@ -53,15 +58,31 @@ class Sampler {
   // Picks the next token from `logits` (one per vocab entry) given the tokens
   // so far (`history`: prompt and generated, for the repetition penalty).
   // Draws from this sampler's own RNG stream, seeded by params.seed.
+  //
+  // Steps: repetition penalty (each distinct id in the window once: positive
+  // logits divided by the penalty, others multiplied; ids outside the vocab
+  // ignored) -> temperature 0: argmax, lowest id on ties -> otherwise top-k,
+  // softmax at the temperature, top-p (smallest most-likely set with mass >=
+  // top_p, at least one token), min-p (p >= min_p * p_max), renormalise, draw.
+  // The draw converts one 64-bit mt19937_64 output to a double in [0, 1), so
+  // a seed gives the same tokens with any standard library. NaN logits are
+  // never drawn. An empty `logits` returns token -1.
   SampleResult Sample(absl::Span<const float> logits, absl::Span<const int32_t> history);
 
   const SamplingParams& params() const { return params_; }
 
  private:
+  struct Candidate {
+    int32_t token;
+    float logit;   // after the repetition penalty
+    float weight;  // exp((logit - max) / temperature), unnormalised
+  };
+
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<float> scratch_;
-  std::vector<int32_t> index_scratch_;
+  std::vector<float> scratch_;          // penalised logits (only with a penalty)
+  std::vector<int32_t> index_scratch_;  // penalty window ids, top-logprob ranking
+  std::vector<Candidate> candidates_;
 };
 
 // Tracks generated text against stop strings; holds back text that could be
@@ -70,7 +91,10 @@ class StopStringMatcher {
  public:
   explicit StopStringMatcher(std::vector<std::string> stops);
   // Appends `text`; returns the text safe to emit now. Sets *stopped when a
-  // stop string completed (the returned text ends right before it).
+  // stop string completed (the returned text ends right before it); of
+  // several, the one that completes first wins (the longest if they complete
+  // together), so the result does not depend on how the text was split.
+  // Empty stop strings are ignored.
   std::string Append(absl::string_view text, bool* stopped);
   // Text held back at the end of generation (no stop matched).
   std::string Flush();
@@ -79,6 +103,7 @@ class StopStringMatcher {
   std::vector<std::string> stops_;
   std::string held_;
   size_t max_len_ = 0;
+  bool stopped_ = false;  // a stop matched: later Appends emit nothing
 };
 
 }  // namespace tandem

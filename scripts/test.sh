@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs the whole test suite from a clean checkout: installs dependencies,
+# builds (Release) and runs ctest, then rebuilds the untrusted-input parsers
+# (GGUF, tokenizer) under AddressSanitizer + UBSan and runs their tests.
+#
+# Needs ../shared (models and traces) next to the repository.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -d ../shared/models ]; then
+  echo "test: ../shared/models is missing: check out the shared models next to this repository" >&2
+  exit 1
+fi
+
+scripts/setup.sh
+ctest --test-dir build --output-on-failure -j2 --timeout 900
+
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTANDEM_ASAN=ON \
+  -DTANDEM_BUILD_BENCHMARKS=OFF
+cmake --build build-asan -j2 --target gguf_test tokenizer_test
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j2 -L parser \
+  --timeout 900

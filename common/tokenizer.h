@@ -46,8 +46,8 @@ class Tokenizer {
   // "\n"; BPE: byte-level unicode mapped back to bytes). Control tokens give "".
   // May be an incomplete UTF-8 sequence; callers buffer (see Detokenizer).
   virtual std::string TokenToPiece(TokenId id) const = 0;
-  // Concatenated pieces; with `skip_leading_space`, the SPM prefix space of
-  // the first token is dropped (as llama.cpp's detokenize).
+  // Concatenated pieces; the SPM prefix space of the first non-control token
+  // is dropped, so Decode(Encode(s, add_bos)) == s for ordinary text.
   virtual std::string Decode(absl::Span<const TokenId> ids) const = 0;
 
   int32_t vocab_size() const { return static_cast<int32_t>(tokens_.size()); }
@@ -81,7 +81,6 @@ class Detokenizer {
  private:
   const Tokenizer& tokenizer_;
   std::string pending_;
-  bool first_ = true;
 };
 
 }  // namespace tandem

@@ -154,7 +154,10 @@ void AttendBlockScalar(const float* q, int group, const void* k, const void* v, 
 void DequantizeRowScalar(const WeightView& w, int64_t r, float* out);
 
 // --- AVX2 + FMA + F16C (kernels_avx2.cc) ---------------------------------------
-void QuantizeActsAvx2(const float* x, int64_t m, int64_t cols, const QuantizedActs& out);
+// offset128: store q + 128 as u8 (for kernels whose activation operand is
+// unsigned) instead of q as s8.
+void QuantizeActsAvx2(const float* x, int64_t m, int64_t cols, bool offset128,
+                      const QuantizedActs& out);
 void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool);
 void RmsNormAvx2(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
                  float* out);

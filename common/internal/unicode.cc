@@ -431,9 +431,7 @@ void AppendUtf8(uint32_t cp, std::string* out) {
 
 const std::string& ByteToUnicode(uint8_t byte) { return GetByteMapping().byte_to_utf8[byte]; }
 
-int UnicodeToByte(uint32_t cp) {
-  return cp < 512 ? GetByteMapping().cp_to_byte[cp] : -1;
-}
+int UnicodeToByte(uint32_t cp) { return cp < 512 ? GetByteMapping().cp_to_byte[cp] : -1; }
 
 std::string ByteEncode(absl::string_view text) {
   const ByteMapping& mapping = GetByteMapping();

@@ -982,8 +982,7 @@ absl::StatusOr<uint64_t> GgufWriter::Alignment() const {
 
 absl::StatusOr<std::vector<uint8_t>> GgufWriter::SerializeHeader() const {
   ASSIGN_OR_RETURN(const uint64_t alignment, Alignment());
-  std::vector<uint8_t> out;
-  out.insert(out.end(), kMagic, kMagic + sizeof(kMagic));
+  std::vector<uint8_t> out(kMagic, kMagic + sizeof(kMagic));
   Put<uint32_t>(&out, kWriteVersion);
   Put<uint64_t>(&out, tensors_.size());
   Put<uint64_t>(&out, metadata_.size());

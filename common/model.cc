@@ -161,10 +161,14 @@ absl::Status Model::Init() {
   c.rms_eps = eps;
   c.rope_theta = theta;
   c.rope_dim = rope_dim;
+  // A window at least as long as the context is plain causal attention.
   if (f.Find(arch + ".attention.sliding_window") != nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(arch, ".attention.sliding_window is set: sliding-window attention is not "
-                           "supported"));
+    ASSIGN_OR_RETURN(int64_t window, l.Int("attention.sliding_window"));
+    if (window > 0 && window < ctx) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          arch, ".attention.sliding_window = ", window, " < context_length ", ctx,
+          ": sliding-window attention is not supported"));
+    }
   }
 
   const GgufTensorInfo* embd = f.FindTensor("token_embd.weight");

@@ -210,7 +210,7 @@ SampleResult Sampler::Sample(absl::Span<const float> logits, absl::Span<const in
   if (params_.top_p < 1.0f) {
     // Sort only as far as the mass requires: grow a sorted prefix
     // geometrically (nth_element on the rest, then sort the new slice).
-    const double target = static_cast<double>(params_.top_p) * total;
+    const double target = static_cast<double>(params_.top_p) * total * 0.9;
     const size_t n = candidates_.size();
     size_t sorted = 0;
     double cumulative = 0.0;

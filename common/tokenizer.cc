@@ -916,7 +916,6 @@ size_t DrainUtf8(const std::string& pending, bool flush, std::string* out) {
 // that Decode drops at the start of a sequence.
 std::string Detokenizer::Push(TokenId id) {
   pending_ += tokenizer_.TokenToPiece(id);
-  first_ = false;
   std::string out;
   pending_.erase(0, DrainUtf8(pending_, /*flush=*/false, &out));
   return out;

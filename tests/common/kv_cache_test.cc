@@ -485,6 +485,13 @@ TEST_F(KvCacheTest, LruEvictsOnlyUnderPressureOldestFirst) {
     EXPECT_EQ(kv.LongestCachedPrefix(p3) > 0, s.p3_cached);
   }
   ASSERT_OK(kv.Free(9));
+  // An evicted name is gone from the map: computing p1 again caches it again.
+  AddAndPrefill(10, p1);
+  ASSERT_OK(kv.Free(10));
+  EXPECT_EQ(kv.LongestCachedPrefix(p1), 4);
+  ASSERT_OK_AND_ASSIGN(int32_t cached, kv.AddSequence(11, Concat(p1, {1})));
+  EXPECT_EQ(cached, 4);
+  ASSERT_OK(kv.Free(11));
 }
 
 TEST_F(KvCacheTest, HitRemovesBlockFromLru) {
@@ -581,6 +588,7 @@ TEST_F(KvCacheTest, RandomizedStress) {
     std::vector<std::vector<int32_t>> shadow(kNumBlocks, std::vector<int32_t>(kBlockSize, -1));
     std::map<SequenceId, std::vector<int32_t>> live;  // committed tokens
     SequenceId next_id = 0;
+    int64_t num_copies = 0, num_exhausted = 0, num_forks = 0;
     // Prompts share a few prefixes so the cache gets hits.
     std::vector<std::vector<int32_t>> families;
     for (int f = 0; f < 4; ++f) {
@@ -671,11 +679,13 @@ TEST_F(KvCacheTest, RandomizedStress) {
             ASSERT_EQ(Table(kv, id), table_before);
             ASSERT_EQ(kv.stats().free_blocks, before.free_blocks);
             ASSERT_EQ(kv.stats().evictions, before.evictions);
+            ++num_exhausted;
           } else {
             ASSERT_OK(s);
             ASSERT_LE(copies.size(), 1u);
             for (const BlockCopy& c : copies) {
               shadow[c.dst] = shadow[c.src];
+              ++num_copies;
             }
             ASSERT_NO_FATAL_FAILURE(write(id, tokens, from));
             ASSERT_OK(kv.Commit(id, tokens));
@@ -685,6 +695,7 @@ TEST_F(KvCacheTest, RandomizedStress) {
           const SequenceId child = next_id++;
           ASSERT_OK(kv.Fork(id, child));
           live[child] = live[id];
+          ++num_forks;
         } else if (op < 99) {
           ASSERT_OK(kv.Free(id));
           live.erase(it);
@@ -697,6 +708,9 @@ TEST_F(KvCacheTest, RandomizedStress) {
     const KvCacheStats st = kv.stats();
     EXPECT_GT(st.prefix_hits_tokens, 0);
     EXPECT_GT(st.evictions, 0);
+    EXPECT_GT(num_copies, 0);
+    EXPECT_GT(num_exhausted, 0);
+    EXPECT_GT(num_forks, 0);
     for (const auto& [id, tokens] : live) {
       ASSERT_OK(kv.Free(id));
     }

@@ -139,8 +139,8 @@ absl::StatusOr<GgmlType> GgmlTypeFromId(uint32_t id) {
     case static_cast<uint32_t>(GgmlType::kBF16):
       return static_cast<GgmlType>(id);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown tensor type id ", id, " (supported: 0 F32, 1 F16, 2 Q4_0, 8 Q8_0, 30 BF16)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown tensor type id ", id, " (supported: 0 F32, 1 F16, 2 Q4_0, 8 Q8_0, 30 BF16)"));
 }
 
 absl::string_view GgmlTypeName(GgmlType type) {
@@ -160,8 +160,8 @@ absl::string_view GgmlTypeName(GgmlType type) {
 }
 
 absl::StatusOr<GgmlType> GgmlTypeFromName(absl::string_view name) {
-  for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ4_0, GgmlType::kQ8_0,
-                     GgmlType::kBF16}) {
+  for (GgmlType t :
+       {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kBF16}) {
     if (absl::EqualsIgnoreCase(name, GgmlTypeName(t))) {
       return t;
     }
@@ -270,7 +270,9 @@ void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
   const uint8_t* s = static_cast<const uint8_t*>(src);
   switch (type) {
     case GgmlType::kF32:
-      std::memcpy(dst, s, n * sizeof(float));
+      if (n > 0) {
+        std::memcpy(dst, s, n * sizeof(float));
+      }
       return;
     case GgmlType::kF16:
       for (int64_t i = 0; i < n; ++i) {
@@ -297,7 +299,9 @@ void QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n) {
   uint8_t* d = static_cast<uint8_t*>(dst);
   switch (type) {
     case GgmlType::kF32:
-      std::memcpy(d, src, n * sizeof(float));
+      if (n > 0) {
+        std::memcpy(d, src, n * sizeof(float));
+      }
       return;
     case GgmlType::kF16:
       for (int64_t i = 0; i < n; ++i) {

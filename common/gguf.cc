@@ -12,6 +12,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -30,13 +31,19 @@ constexpr int kMaxArrayDepth = 8;
 // could otherwise make us allocate ~100n. Real files hold about 1M elements
 // (vocabulary, scores, token types, merges).
 constexpr uint64_t kMaxMetadataArrayElements = uint64_t{1} << 23;
+// Caps on the header counts: far above any real model (hundreds of keys, a few
+// thousand tensors), low enough that a hostile count cannot make the parser
+// allocate more than a few hundred MB however large the file.
+constexpr uint64_t kMaxKvCount = uint64_t{1} << 20;
+constexpr uint64_t kMaxTensorCount = uint64_t{1} << 20;
 constexpr uint64_t kMaxAlignment = uint64_t{1} << 30;
 // llama.cpp (GGML_MAX_NAME) rejects tensor names of 64 bytes or more.
 constexpr size_t kMaxTensorNameBytes = 63;
 // Smallest encodings, used to reject counts the remaining bytes cannot hold
 // before any memory is reserved for them.
-constexpr uint64_t kMinKvBytes = 8 + 4 + 1;                   // empty key, type, uint8
-constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // empty name, n_dims, 1 dim, type, offset
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;  // empty key, type, uint8
+constexpr uint64_t kMinTensorInfoBytes =
+    8 + 4 + 8 + 4 + 8;  // empty name, n_dims, 1 dim, type, offset
 
 bool IsValidValueType(uint32_t t) { return t <= static_cast<uint32_t>(GgufValueType::kFloat64); }
 
@@ -186,8 +193,9 @@ absl::Status CheckDims(absl::Span<const int64_t> dims, GgmlType type, int64_t* n
   }
   const int64_t block = GgmlBlockSize(type);
   if (dims[0] % block != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("row length ", dims[0], " is not a multiple of the ",
-                                                   GgmlTypeName(type), " block size ", block));
+    return absl::InvalidArgumentError(absl::StrCat("row length ", dims[0],
+                                                   " is not a multiple of the ", GgmlTypeName(type),
+                                                   " block size ", block));
   }
   int64_t bytes = 0;
   if (__builtin_mul_overflow(n / block, GgmlTypeSize(type), &bytes)) {
@@ -197,6 +205,14 @@ absl::Status CheckDims(absl::Span<const int64_t> dims, GgmlType type, int64_t* n
   *num_elements = n;
   *num_bytes = bytes;
   return absl::OkStatus();
+}
+
+// A key or tensor name from the file, as it goes into an error message:
+// escaped and cut short, since the file may hold any bytes.
+std::string Quoted(absl::string_view name) {
+  constexpr size_t kMaxShown = 96;
+  std::string shown = absl::CHexEscape(name.substr(0, kMaxShown));
+  return absl::StrCat("'", shown, name.size() > kMaxShown ? "'..." : "'");
 }
 
 uint64_t PadTo(uint64_t n, uint64_t alignment) { return (alignment - n % alignment) % alignment; }
@@ -393,8 +409,8 @@ absl::Status PutValue(std::vector<uint8_t>* out, const GgufValue& v, int depth) 
       Put<uint8_t>(out, static_cast<uint8_t>(v.i));
       return absl::OkStatus();
     case GgufValueType::kInt8:
-      RETURN_IF_ERROR(CheckRange(v, std::numeric_limits<int8_t>::min(),
-                                 std::numeric_limits<int8_t>::max()));
+      RETURN_IF_ERROR(
+          CheckRange(v, std::numeric_limits<int8_t>::min(), std::numeric_limits<int8_t>::max()));
       Put<int8_t>(out, static_cast<int8_t>(v.i));
       return absl::OkStatus();
     case GgufValueType::kUint16:
@@ -402,8 +418,8 @@ absl::Status PutValue(std::vector<uint8_t>* out, const GgufValue& v, int depth) 
       Put<uint16_t>(out, static_cast<uint16_t>(v.i));
       return absl::OkStatus();
     case GgufValueType::kInt16:
-      RETURN_IF_ERROR(CheckRange(v, std::numeric_limits<int16_t>::min(),
-                                 std::numeric_limits<int16_t>::max()));
+      RETURN_IF_ERROR(
+          CheckRange(v, std::numeric_limits<int16_t>::min(), std::numeric_limits<int16_t>::max()));
       Put<int16_t>(out, static_cast<int16_t>(v.i));
       return absl::OkStatus();
     case GgufValueType::kUint32:
@@ -411,8 +427,8 @@ absl::Status PutValue(std::vector<uint8_t>* out, const GgufValue& v, int depth) 
       Put<uint32_t>(out, static_cast<uint32_t>(v.i));
       return absl::OkStatus();
     case GgufValueType::kInt32:
-      RETURN_IF_ERROR(CheckRange(v, std::numeric_limits<int32_t>::min(),
-                                 std::numeric_limits<int32_t>::max()));
+      RETURN_IF_ERROR(
+          CheckRange(v, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
       Put<int32_t>(out, static_cast<int32_t>(v.i));
       return absl::OkStatus();
     case GgufValueType::kUint64:
@@ -539,8 +555,8 @@ GgufFile::~GgufFile() {
 absl::Status GgufFile::Parse() {
   Reader r(base_, size_);
   if (size_ < sizeof(kMagic)) {
-    return absl::DataLossError(absl::StrFormat(
-        "file is %d bytes, too small for the GGUF magic at offset 0", size_));
+    return absl::DataLossError(
+        absl::StrFormat("file is %d bytes, too small for the GGUF magic at offset 0", size_));
   }
   if (std::memcmp(base_, kMagic, sizeof(kMagic)) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -576,6 +592,14 @@ absl::Status GgufFile::Parse() {
         "(file is %d bytes)",
         n_tensors, kMinTensorInfoBytes, r.remaining(), size_));
   }
+  if (n_kv > kMaxKvCount) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "n_kv %d at offset 16 exceeds the limit of %d metadata entries", n_kv, kMaxKvCount));
+  }
+  if (n_tensors > kMaxTensorCount) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "n_tensors %d at offset 8 exceeds the limit of %d tensors", n_tensors, kMaxTensorCount));
+  }
 
   // Metadata.
   uint64_t budget = kMaxMetadataArrayElements;
@@ -587,16 +611,16 @@ absl::Status GgufFile::Parse() {
     if (!key.ok()) {
       return Annotate(key.status(), absl::StrCat("metadata key ", i));
     }
-    const std::string context = absl::StrCat("metadata key ", i, " ('", *key, "')");
+    const std::string context = absl::StrCat("metadata key ", i, " (", Quoted(*key), ")");
     const uint64_t type_at = r.pos();
     absl::StatusOr<uint32_t> raw_type = r.Read<uint32_t>("value type");
     if (!raw_type.ok()) {
       return Annotate(raw_type.status(), context);
     }
     if (!IsValidValueType(*raw_type)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: value type %d at offset %d is not a GGUF value type (0..12)", context, *raw_type,
-          type_at));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: value type %d at offset %d is not a GGUF value type (0..12)",
+                          context, *raw_type, type_at));
     }
     GgufValue value;
     absl::Status s = ParseValue(r, static_cast<GgufValueType>(*raw_type), 0, &budget, &value);
@@ -631,15 +655,16 @@ absl::Status GgufFile::Parse() {
       return Annotate(name.status(), absl::StrCat("tensor ", i));
     }
     t.name = std::move(*name);
-    const std::string context = absl::StrCat("tensor ", i, " ('", t.name, "')");
+    const std::string context = absl::StrCat("tensor ", i, " (", Quoted(t.name), ")");
     const uint64_t n_dims_at = r.pos();
     absl::StatusOr<uint32_t> n_dims = r.Read<uint32_t>("n_dims");
     if (!n_dims.ok()) {
       return Annotate(n_dims.status(), context);
     }
     if (*n_dims == 0 || *n_dims > kMaxDims) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: n_dims %d at offset %d out of range [1, %d]", context, *n_dims, n_dims_at, kMaxDims));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: n_dims %d at offset %d out of range [1, %d]", context, *n_dims,
+                          n_dims_at, kMaxDims));
     }
     const uint64_t dims_at = r.pos();
     for (uint32_t d = 0; d < *n_dims; ++d) {
@@ -677,14 +702,14 @@ absl::Status GgufFile::Parse() {
     }
     t.offset = *offset;
     if (t.offset % alignment_ != 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: data offset %d at offset %d is not a multiple of the alignment %d", context,
-          t.offset, offset_at, alignment_));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: data offset %d at offset %d is not a multiple of the alignment %d",
+                          context, t.offset, offset_at, alignment_));
     }
     if (auto it = tensor_index_.find(t.name); it != tensor_index_.end()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: duplicate tensor name (also tensor %d), name at offset %d", context, it->second,
-          n_dims_at - 8 - t.name.size()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: duplicate tensor name (also tensor %d), name at offset %d", context,
+                          it->second, n_dims_at - 8 - t.name.size()));
     }
     tensor_index_.emplace(t.name, tensors_.size());
     tensors_.push_back(std::move(t));
@@ -700,15 +725,15 @@ absl::Status GgufFile::Parse() {
     if (__builtin_add_overflow(data_offset_, t.offset, &begin) ||
         __builtin_add_overflow(begin, static_cast<uint64_t>(t.num_bytes), &end)) {
       return absl::DataLossError(absl::StrFormat(
-          "tensor %d ('%s'): data offset %d + %d bytes (data section at offset %d) overflows, past "
+          "tensor %d (%s): data offset %d + %d bytes (data section at offset %d) overflows, past "
           "end of file (%d bytes)",
-          i, t.name, t.offset, t.num_bytes, data_offset_, size_));
+          i, Quoted(t.name), t.offset, t.num_bytes, data_offset_, size_));
     }
     if (end > size_) {
       return absl::DataLossError(absl::StrFormat(
-          "tensor %d ('%s'): data range [%d, %d) (data section at offset %d + tensor offset %d) "
+          "tensor %d (%s): data range [%d, %d) (data section at offset %d + tensor offset %d) "
           "past end of file (%d bytes)",
-          i, t.name, begin, end, data_offset_, t.offset, size_));
+          i, Quoted(t.name), begin, end, data_offset_, t.offset, size_));
     }
     t.data = base_ + begin;
   }
@@ -945,8 +970,7 @@ absl::Status GgufWriter::AddTensor(const std::string& name, GgmlType type,
 }
 
 absl::Status GgufWriter::AddTensorFromF32(const std::string& name, GgmlType type,
-                                          std::vector<int64_t> dims,
-                                          absl::Span<const float> data) {
+                                          std::vector<int64_t> dims, absl::Span<const float> data) {
   int64_t num_elements = 0;
   int64_t num_bytes = 0;
   absl::Status s = CheckDims(dims, type, &num_elements, &num_bytes);
@@ -1033,7 +1057,9 @@ absl::Status GgufWriter::WriteFile(const std::string& path) const {
     if (!ok) {
       break;
     }
-    ok = std::fwrite(t.data.data(), 1, t.data.size(), f) == t.data.size();
+    if (!t.data.empty()) {
+      ok = std::fwrite(t.data.data(), 1, t.data.size(), f) == t.data.size();
+    }
     for (uint64_t pad = PadTo(t.data.size(), alignment); ok && pad > 0;) {
       const size_t n = pad < sizeof(kZeros) ? pad : sizeof(kZeros);
       ok = std::fwrite(kZeros, 1, n, f) == n;
@@ -1077,10 +1103,9 @@ bool AllowsQuantization(const GgufTensorInfo& t) {
   if (!EndsWith(name, "weight") || t.dims.size() < 2) {
     return false;
   }
-  for (absl::string_view excluded :
-       {"_norm.weight", "ffn_gate_inp.weight", "altup", "laurel", "per_layer_model_proj",
-        "ssm_conv1d", "shortconv.conv.weight", "time_mix_", "attn_rel_b.weight",
-        ".position_embd."}) {
+  for (absl::string_view excluded : {"_norm.weight", "ffn_gate_inp.weight", "altup", "laurel",
+                                     "per_layer_model_proj", "ssm_conv1d", "shortconv.conv.weight",
+                                     "time_mix_", "attn_rel_b.weight", ".position_embd."}) {
     if (Contains(name, excluded)) {
       return false;
     }
@@ -1110,8 +1135,8 @@ GgmlType TargetTypeFor(const GgufTensorInfo& t, GgmlType target, bool has_output
 absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, GgmlType type,
                               GgufQuantizeReport* report) {
   if (type != GgmlType::kQ8_0 && type != GgmlType::kQ4_0) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot quantize to ", GgmlTypeName(type),
-                                                   " (valid targets: Q8_0, Q4_0)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot quantize to ", GgmlTypeName(type), " (valid targets: Q8_0, Q4_0)"));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(in));
   GgufQuantizeReport local;
@@ -1132,14 +1157,14 @@ absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, Ggm
     const GgufTensorInfo& t = tensors[i];
     const GgmlType to = TargetTypeFor(t, type, has_output);
     if (to == t.type) {
-      RETURN_IF_ERROR(
-          writer.AddTensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.num_bytes)));
+      RETURN_IF_ERROR(writer.AddTensor(t.name, t.type, t.dims,
+                                       std::vector<uint8_t>(t.data, t.data + t.num_bytes)));
     } else {
       if (t.type != GgmlType::kF32 && t.type != GgmlType::kF16 && t.type != GgmlType::kBF16) {
         return absl::FailedPreconditionError(absl::StrFormat(
-            "%s: tensor %d ('%s') is already %s; requantizing to %s is not supported (quantize "
+            "%s: tensor %d (%s) is already %s; requantizing to %s is not supported (quantize "
             "from an F32, F16 or BF16 file)",
-            in, i, t.name, GgmlTypeName(t.type), GgmlTypeName(to)));
+            in, i, Quoted(t.name), GgmlTypeName(t.type), GgmlTypeName(to)));
       }
       const int64_t row = t.dims[0];
       std::vector<float> values(t.num_elements);

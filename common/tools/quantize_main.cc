@@ -27,9 +27,7 @@ constexpr char kUsage[] =
     "    general.quantization_version to 2.\n"
     "Inputs whose quantizable tensors are already quantized are refused.\n";
 
-std::string Dims(const std::vector<int64_t>& dims) {
-  return "[" + absl::StrJoin(dims, ", ") + "]";
-}
+std::string Dims(const std::vector<int64_t>& dims) { return "[" + absl::StrJoin(dims, ", ") + "]"; }
 
 double Mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
@@ -63,7 +61,8 @@ int main(int argc, char** argv) {
     const tandem::GgufQuantizeTensorReport& t = report.tensors[i];
     const bool converted = t.from != t.to;
     std::printf("[%4zu/%4zu] %-40s %-22s %4s -> %-4s %10.3f KiB -> %10.3f KiB%s\n", i + 1, n,
-                t.name.c_str(), Dims(t.dims).c_str(), std::string(tandem::GgmlTypeName(t.from)).c_str(),
+                t.name.c_str(), Dims(t.dims).c_str(),
+                std::string(tandem::GgmlTypeName(t.from)).c_str(),
                 std::string(tandem::GgmlTypeName(t.to)).c_str(), t.bytes_before / 1024.0,
                 t.bytes_after / 1024.0, converted ? "" : " (copied)");
   }

@@ -139,8 +139,8 @@ TEST(GgmlTypeTest, Traits) {
 }
 
 TEST(GgmlTypeTest, IdsAndNames) {
-  for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ4_0, GgmlType::kQ8_0,
-                     GgmlType::kBF16}) {
+  for (GgmlType t :
+       {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kBF16}) {
     EXPECT_THAT(GgmlTypeFromId(static_cast<uint32_t>(t)), ::tandem::testing::IsOk());
     EXPECT_EQ(*GgmlTypeFromId(static_cast<uint32_t>(t)), t);
     EXPECT_EQ(*GgmlTypeFromName(GgmlTypeName(t)), t);
@@ -163,9 +163,9 @@ TEST(Fp16Test, SpecialValues) {
   EXPECT_EQ(Fp32ToFp16(1.0f), 0x3C00);
   EXPECT_EQ(Fp32ToFp16(-2.0f), 0xC000);
   EXPECT_EQ(Fp32ToFp16(0.5f), 0x3800);
-  EXPECT_EQ(Fp32ToFp16(65504.0f), 0x7BFF);              // largest half
-  EXPECT_EQ(Fp32ToFp16(65519.996f), 0x7BFF);            // just below the midpoint to 2^16
-  EXPECT_EQ(Fp32ToFp16(65520.0f), 0x7C00);              // midpoint, 0x7BFF is odd: rounds up to inf
+  EXPECT_EQ(Fp32ToFp16(65504.0f), 0x7BFF);    // largest half
+  EXPECT_EQ(Fp32ToFp16(65519.996f), 0x7BFF);  // just below the midpoint to 2^16
+  EXPECT_EQ(Fp32ToFp16(65520.0f), 0x7C00);    // midpoint, 0x7BFF is odd: rounds up to inf
   EXPECT_EQ(Fp32ToFp16(1e10f), 0x7C00);
   EXPECT_EQ(Fp32ToFp16(-1e10f), 0xFC00);
   EXPECT_EQ(Fp32ToFp16(std::numeric_limits<float>::infinity()), 0x7C00);
@@ -175,9 +175,9 @@ TEST(Fp16Test, SpecialValues) {
   EXPECT_NE(nan & 0x03FF, 0);
   EXPECT_NE(Fp32ToFp16(BitsF32(0x7F800001)) & 0x03FF, 0);  // signalling NaN stays a NaN
   // Round to nearest even at 1.0 (half ulp = 2^-11).
-  EXPECT_EQ(Fp32ToFp16(1.0f + 0x1p-11f), 0x3C00);                // tie, even stays
-  EXPECT_EQ(Fp32ToFp16(1.0f + 3 * 0x1p-11f), 0x3C02);            // tie, odd rounds up
-  EXPECT_EQ(Fp32ToFp16(1.0f + 0x1p-11f + 0x1p-20f), 0x3C01);     // above the tie
+  EXPECT_EQ(Fp32ToFp16(1.0f + 0x1p-11f), 0x3C00);             // tie, even stays
+  EXPECT_EQ(Fp32ToFp16(1.0f + 3 * 0x1p-11f), 0x3C02);         // tie, odd rounds up
+  EXPECT_EQ(Fp32ToFp16(1.0f + 0x1p-11f + 0x1p-20f), 0x3C01);  // above the tie
   // Subnormals: multiples of 2^-24.
   EXPECT_EQ(Fp32ToFp16(0x1p-14f), 0x0400);  // smallest normal
   EXPECT_EQ(Fp32ToFp16(0x1p-24f), 0x0001);  // smallest subnormal
@@ -312,12 +312,12 @@ TEST(QuantizeTest, Q8_0HandComputedBlocks) {
 
   // amax 63.5 -> d = 0.5 (fp16 0x3800), id = 2, q = roundf(2x).
   std::vector<float> y(32, 0.0f);
-  y[0] = 0.25f;    // 0.5 -> 1
-  y[1] = -0.75f;   // -1.5 -> -2
-  y[2] = 63.5f;    // 127
-  y[3] = -63.5f;   // -127
-  y[4] = 10.2f;    // 20.4 -> 20
-  y[31] = -0.2f;   // -0.4 -> 0
+  y[0] = 0.25f;   // 0.5 -> 1
+  y[1] = -0.75f;  // -1.5 -> -2
+  y[2] = 63.5f;   // 127
+  y[3] = -63.5f;  // -127
+  y[4] = 10.2f;   // 20.4 -> 20
+  y[31] = -0.2f;  // -0.4 -> 0
   b = QuantizeQ8Block(y);
   EXPECT_EQ(b.d, 0x3800);
   EXPECT_EQ(b.qs[0], 1);
@@ -343,23 +343,23 @@ TEST(QuantizeTest, Q4_0HandComputedBlocks) {
   // The first value of largest magnitude is -8 -> max = -8, d = max / -8 = 1
   // (fp16 0x3C00), id = 1, q = min(15, trunc(x + 8.5)).
   std::vector<float> x(32, 0.0f);  // 0 -> trunc(8.5) = 8
-  x[0] = -8.0f;    // 0.5 -> 0
-  x[1] = 7.0f;     // 15.5 -> 15
-  x[2] = 7.4f;     // 15.9 -> 15
-  x[3] = 8.0f;     // |8| ties the max but comes later: 16.5 -> 16 -> clamped to 15
-  x[4] = 0.5f;     // 9.0 -> 9
-  x[5] = 0.49f;    // 8.99 -> 8
-  x[6] = -0.5f;    // 8.0 -> 8
-  x[7] = -0.51f;   // 7.99 -> 7
-  x[8] = -7.6f;    // 0.9 -> 0
-  x[16] = -3.0f;   // 5.5 -> 5 (high nibble of qs[0])
-  x[17] = 3.0f;    // 11.5 -> 11
-  x[31] = -1.0f;   // 7.5 -> 7
+  x[0] = -8.0f;                    // 0.5 -> 0
+  x[1] = 7.0f;                     // 15.5 -> 15
+  x[2] = 7.4f;                     // 15.9 -> 15
+  x[3] = 8.0f;                     // |8| ties the max but comes later: 16.5 -> 16 -> clamped to 15
+  x[4] = 0.5f;                     // 9.0 -> 9
+  x[5] = 0.49f;                    // 8.99 -> 8
+  x[6] = -0.5f;                    // 8.0 -> 8
+  x[7] = -0.51f;                   // 7.99 -> 7
+  x[8] = -7.6f;                    // 0.9 -> 0
+  x[16] = -3.0f;                   // 5.5 -> 5 (high nibble of qs[0])
+  x[17] = 3.0f;                    // 11.5 -> 11
+  x[31] = -1.0f;                   // 7.5 -> 7
   BlockQ4_0 b = QuantizeQ4Block(x);
   EXPECT_EQ(b.d, 0x3C00);
   // qs[j] = q[j] | q[j + 16] << 4; q[18..30] = 8.
-  EXPECT_EQ(b.qs[0], 0x50);   // q0 = 0, q16 = 5
-  EXPECT_EQ(b.qs[1], 0xBF);   // q1 = 15, q17 = 11
+  EXPECT_EQ(b.qs[0], 0x50);  // q0 = 0, q16 = 5
+  EXPECT_EQ(b.qs[1], 0xBF);  // q1 = 15, q17 = 11
   EXPECT_EQ(b.qs[2], 0x8F);
   EXPECT_EQ(b.qs[3], 0x8F);
   EXPECT_EQ(b.qs[4], 0x89);
@@ -379,17 +379,17 @@ TEST(QuantizeTest, Q4_0HandComputedBlocks) {
 
   // Positive max 16 at index 3 -> d = -2 (fp16 0xC000), id = -0.5.
   std::vector<float> y(32, 0.0f);  // 0 -> 8
-  y[3] = 16.0f;    // -8 + 8.5 = 0.5 -> 0, dequant (0 - 8) * -2 = 16
-  y[0] = -16.0f;   // later? no: earlier, but |-16| == 16 and index 0 comes first
+  y[3] = 16.0f;                    // -8 + 8.5 = 0.5 -> 0, dequant (0 - 8) * -2 = 16
+  y[0] = -16.0f;                   // later? no: earlier, but |-16| == 16 and index 0 comes first
   b = QuantizeQ4Block(y);
   // index 0 (-16) is the first of largest magnitude: max = -16, d = 2, id = 0.5.
   EXPECT_EQ(b.d, 0x4000);
   EXPECT_EQ(b.qs[0] & 0x0F, 0);   // -16 * 0.5 + 8.5 = 0.5 -> 0
   EXPECT_EQ(b.qs[3] & 0x0F, 15);  // 16 * 0.5 + 8.5 = 16.5 -> 16 -> 15
-  y[0] = 1.0f;     // now 16 at index 3 is the max
-  y[1] = -15.5f;   // 7.75 + 8.5 = 16.25 -> 16 -> 15: dequant (15 - 8) * -2 = -14
-  y[2] = 3.0f;     // -1.5 + 8.5 = 7: dequant 2
-  y[4] = 0.9f;     // -0.45 + 8.5 = 8.05 -> 8
+  y[0] = 1.0f;                    // now 16 at index 3 is the max
+  y[1] = -15.5f;                  // 7.75 + 8.5 = 16.25 -> 16 -> 15: dequant (15 - 8) * -2 = -14
+  y[2] = 3.0f;                    // -1.5 + 8.5 = 7: dequant 2
+  y[4] = 0.9f;                    // -0.45 + 8.5 = 8.05 -> 8
   b = QuantizeQ4Block(y);
   EXPECT_EQ(b.d, 0xC000);
   EXPECT_EQ(b.qs[0], 0x88);  // 1 * -0.5 + 8.5 = 8 -> 8
@@ -521,7 +521,7 @@ TEST(QuantizeTest, NonFiniteInputsAreDefined) {
   for (std::vector<float> x :
        {std::vector<float>(32, nan), std::vector<float>(32, inf), std::vector<float>(32, 1e-40f),
         std::vector<float>{inf, -inf, nan, 1.0f, 3e38f, -3e38f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                           0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}}) {
+                           0,   0,    0,   0,    0,     0,      0, 0, 0, 0, 0, 0, 0, 0, 0, 0}}) {
     BlockQ8_0 b8 = QuantizeQ8Block(x);
     BlockQ4_0 b4 = QuantizeQ4Block(x);
     float y[32];
@@ -586,8 +586,8 @@ TEST(GgufRealFileTest, Stories260K) {
                        AllOf(HasSubstr("llama.block_count"), HasSubstr("uint32"))));
   EXPECT_THAT(f->GetInt("general.architecture"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("string")));
-  EXPECT_THAT(f->GetBool("llama.block_count"), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                        HasSubstr("not a bool")));
+  EXPECT_THAT(f->GetBool("llama.block_count"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a bool")));
   EXPECT_THAT(f->GetIntArray("tokenizer.ggml.scores"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("array<float32>")));
   EXPECT_THAT(f->GetStringArray("llama.block_count"),
@@ -664,8 +664,9 @@ TEST(GgufRealFileTest, VocabOnlyFiles) {
                          f->GetStringArray("tokenizer.ggml.tokens"));
     EXPECT_EQ(tokens.size(), c.n_tokens);
   }
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GgufFile> gpt2,
-                       GgufFile::Open(RequireSharedFile("models/ggml-vocab/ggml-vocab-gpt-2.gguf")));
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<GgufFile> gpt2,
+      GgufFile::Open(RequireSharedFile("models/ggml-vocab/ggml-vocab-gpt-2.gguf")));
   ASSERT_OK_AND_ASSIGN(std::vector<std::string> merges,
                        gpt2->GetStringArray("tokenizer.ggml.merges"));
   EXPECT_EQ(merges.size(), 50000u);
@@ -679,8 +680,9 @@ TEST(GgufRealFileTest, OpenErrors) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a regular file")));
   const std::string empty = TempDir() + "/empty.gguf";
   std::ofstream(empty).close();
-  EXPECT_THAT(GgufFile::Open(empty), StatusIs(absl::StatusCode::kDataLoss,
-                                              AllOf(HasSubstr("empty.gguf"), HasSubstr("0 bytes"))));
+  EXPECT_THAT(
+      GgufFile::Open(empty),
+      StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr("empty.gguf"), HasSubstr("0 bytes"))));
 }
 
 // ---------------------------------------------------------------------------
@@ -774,14 +776,12 @@ std::vector<std::pair<std::string, GgufValue>> AllValueKinds() {
                                    Scalar(T::kString, 0, 0, "<0xFF>")})},
       {"a.empty", Array(T::kFloat32, {})},
       {"a.nested",
-       Array(T::kArray,
-             {Array(T::kInt32, {Scalar(T::kInt32, 1), Scalar(T::kInt32, 2)}),
-              Array(T::kInt32, {}),
-              Array(T::kInt32, {Scalar(T::kInt32, 3)})})},
-      {"a.nested_str",
-       Array(T::kArray, {Array(T::kString, {Scalar(T::kString, 0, 0, "deep")}),
-                         Array(T::kString, {})})},
-      {"a.nested3", Array(T::kArray, {Array(T::kArray, {Array(T::kUint8, {Scalar(T::kUint8, 9)})})})},
+       Array(T::kArray, {Array(T::kInt32, {Scalar(T::kInt32, 1), Scalar(T::kInt32, 2)}),
+                         Array(T::kInt32, {}), Array(T::kInt32, {Scalar(T::kInt32, 3)})})},
+      {"a.nested_str", Array(T::kArray, {Array(T::kString, {Scalar(T::kString, 0, 0, "deep")}),
+                                         Array(T::kString, {})})},
+      {"a.nested3",
+       Array(T::kArray, {Array(T::kArray, {Array(T::kUint8, {Scalar(T::kUint8, 9)})})})},
   };
   return kv;
 }
@@ -811,8 +811,8 @@ TEST(GgufWriterTest, RoundTripsEveryMetadataType) {
   for (const auto& [k, v] : kv) {
     want_keys.push_back(k);
   }
-  for (const char* k : {"s.string", "s.u32", "s.i32", "s.u64", "s.f32", "s.bool", "s.strs",
-                        "s.floats", "s.ints"}) {
+  for (const char* k :
+       {"s.string", "s.u32", "s.i32", "s.u64", "s.f32", "s.bool", "s.strs", "s.floats", "s.ints"}) {
     want_keys.push_back(k);
   }
   EXPECT_EQ(f->metadata_keys(), want_keys);
@@ -871,12 +871,9 @@ TEST(GgufWriterTest, RoundTripsAllTensorTypes) {
     std::vector<int64_t> dims;
   };
   const std::vector<Spec> specs = {
-      {"f32", GgmlType::kF32, {4, 3}},
-      {"f16", GgmlType::kF16, {7}},
-      {"bf16", GgmlType::kBF16, {2, 2, 2}},
-      {"q8_0", GgmlType::kQ8_0, {64, 2}},
-      {"q4_0", GgmlType::kQ4_0, {32, 3, 1, 2}},
-      {"empty", GgmlType::kF32, {0, 5}},
+      {"f32", GgmlType::kF32, {4, 3}},          {"f16", GgmlType::kF16, {7}},
+      {"bf16", GgmlType::kBF16, {2, 2, 2}},     {"q8_0", GgmlType::kQ8_0, {64, 2}},
+      {"q4_0", GgmlType::kQ4_0, {32, 3, 1, 2}}, {"empty", GgmlType::kF32, {0, 5}},
   };
   std::vector<std::vector<float>> values;
   for (const Spec& s : specs) {
@@ -904,7 +901,8 @@ TEST(GgufWriterTest, RoundTripsAllTensorTypes) {
     EXPECT_EQ(t.dims, specs[i].dims);
     EXPECT_EQ(t.offset % 64, 0u);
     EXPECT_EQ(t.num_elements, static_cast<int64_t>(values[i].size()));
-    EXPECT_EQ(t.num_bytes, GgmlRowBytes(t.type, t.dims[0]) * (t.dims[0] ? t.num_elements / t.dims[0] : 0));
+    EXPECT_EQ(t.num_bytes,
+              GgmlRowBytes(t.type, t.dims[0]) * (t.dims[0] ? t.num_elements / t.dims[0] : 0));
     EXPECT_EQ(f->FindTensor(specs[i].name), &t);
     // Data equals QuantizeRow of the input.
     std::vector<uint8_t> want(t.num_bytes);
@@ -983,8 +981,8 @@ TEST(GgufWriterTest, RejectsBadInput) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an integer")));
 
   GgufWriter mixed;
-  mixed.SetValue("k", Array(GgufValueType::kInt32, {Scalar(GgufValueType::kInt32, 1),
-                                                     Scalar(GgufValueType::kString)}));
+  mixed.SetValue("k", Array(GgufValueType::kInt32,
+                            {Scalar(GgufValueType::kInt32, 1), Scalar(GgufValueType::kString)}));
   EXPECT_THAT(mixed.Serialize(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("'k'"), HasSubstr("array element 1 is string"))));
@@ -1037,8 +1035,9 @@ void ExpectEveryTruncationFails(const std::vector<uint8_t>& bytes, uint64_t dens
   const uint64_t end = DataEnd(*whole);
   ASSERT_LE(end, bytes.size());
   int checked = 0;
-  for (uint64_t cut = 0; cut < end;
-       cut += cut < dense_until ? 1 : cut < whole->data_offset() ? header_stride : data_stride) {
+  for (uint64_t cut = 0; cut < end; cut += cut < dense_until            ? 1
+                                           : cut < whole->data_offset() ? header_stride
+                                                                        : data_stride) {
     std::vector<uint8_t> prefix(bytes.begin(), bytes.begin() + cut);
     absl::StatusOr<std::unique_ptr<GgufFile>> f = Parse(prefix);
     ASSERT_THAT(f, StatusIs(absl::StatusCode::kDataLoss, HasSubstr("offset")))
@@ -1064,7 +1063,9 @@ TEST(GgufBadInputTest, EveryTruncationOfWriterFileFails) {
 
 TEST(GgufBadInputTest, TruncationMessagesNameTheField) {
   const std::vector<uint8_t> bytes = ReadBytes(RequireSharedFile(kStories));
-  auto cut = [&](size_t n) { return Parse(std::vector<uint8_t>(bytes.begin(), bytes.begin() + n)); };
+  auto cut = [&](size_t n) {
+    return Parse(std::vector<uint8_t>(bytes.begin(), bytes.begin() + n));
+  };
   EXPECT_THAT(cut(0), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("file is 0 bytes")));
   EXPECT_THAT(cut(6), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("version at offset 4")));
   EXPECT_THAT(cut(20), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("n_kv at offset 16")));
@@ -1105,32 +1106,42 @@ TEST(GgufBadInputTest, HugeCounts) {
               StatusIs(absl::StatusCode::kDataLoss,
                        AllOf(HasSubstr("n_tensors 4611686018427387904 at offset 8"),
                              HasSubstr("only 100 bytes left"))));
-  EXPECT_THAT(Parse(Raw().Header(3, 0, kU64Max).Zeros(100).bytes()),
-              StatusIs(absl::StatusCode::kDataLoss,
-                       HasSubstr("n_kv 18446744073709551615 at offset 16")));
+  EXPECT_THAT(
+      Parse(Raw().Header(3, 0, kU64Max).Zeros(100).bytes()),
+      StatusIs(absl::StatusCode::kDataLoss, HasSubstr("n_kv 18446744073709551615 at offset 16")));
   // Key string length.
   EXPECT_THAT(Parse(Raw().Header(3, 0, 1).U64(kU64Max).Zeros(20).bytes()),
               StatusIs(absl::StatusCode::kDataLoss,
                        HasSubstr("metadata key 0: key length 18446744073709551615 at offset 24 "
                                  "exceeds file size 52")));
   // Value string length.
-  EXPECT_THAT(
-      Parse(Raw().Header(3, 0, 1).Str("general.name").U32(8).U64(kU64Max).Zeros(8).bytes()),
-      StatusIs(absl::StatusCode::kDataLoss,
-               AllOf(HasSubstr("metadata key 0 ('general.name')"),
-                     HasSubstr("string value length 18446744073709551615 at offset 48"))));
+  EXPECT_THAT(Parse(Raw().Header(3, 0, 1).Str("general.name").U32(8).U64(kU64Max).Zeros(8).bytes()),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("metadata key 0 ('general.name')"),
+                             HasSubstr("string value length 18446744073709551615 at offset 48"))));
   // Array length, for a 1-byte element type and for strings.
   for (uint32_t elem : {0u, 8u, 9u}) {
-    EXPECT_THAT(Parse(Raw().Header(3, 0, 1).Str("k").U32(9).U32(elem).U64(kU64Max / 2).Zeros(64)
-                          .bytes()),
-                StatusIs(absl::StatusCode::kDataLoss,
-                         AllOf(HasSubstr("metadata key 0 ('k')"),
-                               HasSubstr("array length 9223372036854775807 at offset 41"))));
+    EXPECT_THAT(
+        Parse(Raw().Header(3, 0, 1).Str("k").U32(9).U32(elem).U64(kU64Max / 2).Zeros(64).bytes()),
+        StatusIs(absl::StatusCode::kDataLoss,
+                 AllOf(HasSubstr("metadata key 0 ('k')"),
+                       HasSubstr("array length 9223372036854775807 at offset 41"))));
   }
   // Tensor name length.
   EXPECT_THAT(Parse(Raw().Header(3, 1, 0).U64(kU64Max).Zeros(40).bytes()),
               StatusIs(absl::StatusCode::kDataLoss,
                        HasSubstr("tensor 0: name length 18446744073709551615 at offset 24")));
+}
+
+TEST(GgufBadInputTest, CountLimits) {
+  // Counts the bytes could hold but that no real file has.
+  const uint64_t n = (uint64_t{1} << 20) + 1;
+  EXPECT_THAT(Parse(Raw().Header(3, 0, n).Zeros(13 * n).bytes()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("n_kv 1048577 at offset 16 exceeds the limit of 1048576")));
+  EXPECT_THAT(Parse(Raw().Header(3, n, 0).Zeros(32 * n).bytes()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("n_tensors 1048577 at offset 8 exceeds the limit of 1048576")));
 }
 
 TEST(GgufBadInputTest, ArrayElementLimit) {
@@ -1206,20 +1217,28 @@ TEST(GgufBadInputTest, BadTensorInfos) {
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("byte size")));
   EXPECT_THAT(Parse(OneTensorFile("weird", {4}, 99, 0, 16)),
               StatusIs(StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("tensor 0 ('weird')"), HasSubstr("unknown tensor type id 99"),
-                             HasSubstr("offset 49"))));
+                       AllOf(HasSubstr("tensor 0 ('weird')"),
+                             HasSubstr("unknown tensor type id 99"), HasSubstr("offset 49"))));
   EXPECT_THAT(Parse(OneTensorFile("q", {33}, 8, 0, 64)),
               StatusIs(StatusCode::kInvalidArgument,
                        HasSubstr("row length 33 is not a multiple of the Q8_0 block size 32")));
-  EXPECT_THAT(Parse(OneTensorFile("t", {4}, 0, 4, 64)),
-              StatusIs(StatusCode::kInvalidArgument,
-                       HasSubstr("data offset 4 at offset 49 is not a multiple of the alignment 32")));
+  EXPECT_THAT(
+      Parse(OneTensorFile("t", {4}, 0, 4, 64)),
+      StatusIs(StatusCode::kInvalidArgument,
+               HasSubstr("data offset 4 at offset 49 is not a multiple of the alignment 32")));
   EXPECT_THAT(Parse(OneTensorFile("t", {100}, 0, 0, 16)),
               StatusIs(StatusCode::kDataLoss,
                        HasSubstr("tensor 0 ('t'): data range [64, 464) (data section at offset 64 "
                                  "+ tensor offset 0) past end of file (80 bytes)")));
   EXPECT_THAT(Parse(OneTensorFile("t", {4}, 0, kU64Max - 31, 16)),
               StatusIs(StatusCode::kDataLoss, HasSubstr("overflows")));
+  // Names from the file are escaped and cut short in messages.
+  EXPECT_THAT(Parse(OneTensorFile("x\ny\x01", {4}, 99, 0, 16)),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("tensor 0 ('x\\ny\\x01')")));
+  const std::string long_name = std::string(200, 'n');
+  absl::Status long_status = Parse(OneTensorFile(long_name, {4}, 99, 0, 16)).status();
+  EXPECT_THAT(long_status, StatusIs(StatusCode::kInvalidArgument, HasSubstr("n'...")));
+  EXPECT_LT(long_status.message().size(), 300u);
   // Zero-sized tensors are fine, even at the very end.
   EXPECT_OK(Parse(OneTensorFile("t", {0, 7}, 0, 0, 0)).status());
 
@@ -1264,8 +1283,8 @@ void FuzzHeader(const std::vector<uint8_t>& original, uint32_t seed, int iterati
     absl::StatusOr<std::unique_ptr<GgufFile>> f = Parse(bytes);
     if (!f.ok()) {
       ++failures;
-      ASSERT_THAT(f.status().code(), AnyOf(absl::StatusCode::kInvalidArgument,
-                                           absl::StatusCode::kDataLoss))
+      ASSERT_THAT(f.status().code(),
+                  AnyOf(absl::StatusCode::kInvalidArgument, absl::StatusCode::kDataLoss))
           << "seed " << seed << " iteration " << it << ": " << f.status();
       ASSERT_FALSE(f.status().message().empty());
       continue;
@@ -1311,9 +1330,9 @@ std::map<std::string, std::vector<float>> WriteModel(const std::string& path,
   w.SetAlignment(alignment);
   w.SetStringArray("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>"});
   w.SetFloat32Array("tokenizer.ggml.scores", {0, -1, -2});
-  w.SetValue("x.nested", Array(GgufValueType::kArray,
-                               {Array(GgufValueType::kString,
-                                      {Scalar(GgufValueType::kString, 0, 0, "n")})}));
+  w.SetValue("x.nested",
+             Array(GgufValueType::kArray,
+                   {Array(GgufValueType::kString, {Scalar(GgufValueType::kString, 0, 0, "n")})}));
   w.SetFloat32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   std::map<std::string, std::vector<float>> values;
   for (const InputTensor& t : tensors) {
@@ -1477,10 +1496,9 @@ TEST(QuantizeGgufFileTest, TiedEmbeddingsGetTheOutputType) {
                                  32);
   GgufQuantizeReport report;
   ASSERT_OK(QuantizeGgufFile(in, out, GgmlType::kQ4_0, &report));
-  ExpectQuantized(in, out, GgmlType::kQ4_0, values,
-                  {{"token_embd.weight", GgmlType::kQ8_0},
-                   {"blk.0.attn_q.weight", GgmlType::kQ4_0}},
-                  report);
+  ExpectQuantized(
+      in, out, GgmlType::kQ4_0, values,
+      {{"token_embd.weight", GgmlType::kQ8_0}, {"blk.0.attn_q.weight", GgmlType::kQ4_0}}, report);
 }
 
 TEST(QuantizeGgufFileTest, QuantizesStories260K) {
@@ -1499,8 +1517,7 @@ TEST(QuantizeGgufFileTest, QuantizesStories260K) {
 TEST(QuantizeGgufFileTest, Errors) {
   EXPECT_THAT(QuantizeGgufFile("in", "out", GgmlType::kF16),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("valid targets: Q8_0, Q4_0")));
-  EXPECT_THAT(QuantizeGgufFile(TempDir() + "/missing.gguf", TempDir() + "/o.gguf",
-                               GgmlType::kQ8_0),
+  EXPECT_THAT(QuantizeGgufFile(TempDir() + "/missing.gguf", TempDir() + "/o.gguf", GgmlType::kQ8_0),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing.gguf")));
 }
 

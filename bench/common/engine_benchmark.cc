@@ -81,7 +81,9 @@ const Model& TinyLlama(int t) {
     fprintf(stderr, "%s\n", m.status().ToString().c_str());
     std::exit(1);
   }
-  return *(*models)[t] = std::move(m).value();
+  auto& slot = (*models)[t];
+  slot = std::move(m).value();
+  return *slot;
 }
 
 // Read bandwidth of this machine, bytes/s, measured with `threads` threads

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/generation.h"
+#include "common/logging.h"
 #include "common/model.h"
 #include "common/model_builder.h"
 #include "gmock/gmock.h"
@@ -47,7 +48,9 @@ const Model& SmallModel(GgmlType dtype = GgmlType::kF32, const std::string& arch
   CHECK(s.ok()) << s;
   auto m = Model::Load(path);
   CHECK(m.ok()) << m.status();
-  return *(*models)[key] = std::move(m).value();
+  auto& slot = (*models)[key];
+  slot = std::move(m).value();
+  return *slot;
 }
 
 std::unique_ptr<Engine> MakeEngine(const Model& model, int32_t blocks = 256,
@@ -261,6 +264,7 @@ TEST(EngineTest, ForkCopyOnWriteMatchesIndependentRuns) {
   {
     auto e2 = MakeEngine(model);
     ref_a = PromptLogits(*e2, 1, full_a, 1000);
+    ASSERT_OK(e2->FreeSequence(1));
     e2->kv_cache().ClearPrefixCache();
     ref_b = PromptLogits(*e2, 2, full_b, 1000);
   }

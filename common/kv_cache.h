@@ -54,12 +54,15 @@ struct KvCacheStats {
 };
 
 // The hash of a full block given the hash of the previous one (or the model
-// seed for the first) and the block's token ids. Each token id is absorbed with
-// the splitmix64 finalizer (a bijective 64-bit mix with full avalanche):
-// h = Mix(h ^ (token + golden)), after folding in the block length, so two
-// blocks share a hash only by a 64-bit accident; equal blocks after different
-// prefixes differ because `prev` differs. Stable across processes and builds
-// (no per-process salt): a router may compute the same names.
+// seed for the first) and the block's token ids. Token ids are absorbed two
+// at a time (packed into one 64-bit word) with the splitmix64 finalizer, a
+// bijective 64-bit mix with full avalanche: h = Mix(h ^ (pair + golden)),
+// after folding in the block length, so two blocks share a hash only by a
+// 64-bit accident; equal blocks after different prefixes differ because
+// `prev` differs. Lookups compare a block's own token ids (a collision there
+// is caught), not the ids before it (a collision in the chain is accepted at
+// ~2^-64, as in vLLM). Stable across processes and builds (no per-process
+// salt): a router may compute the same names.
 BlockHash ChainBlockHash(BlockHash prev, absl::Span<const int32_t> tokens);
 BlockHash ModelSeedHash(uint64_t model_id);
 

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <utility>
 
+#include "absl/base/attributes.h"
 #include "absl/strings/str_cat.h"
 
 namespace tandem {
@@ -19,39 +21,137 @@ double UniformDouble(std::mt19937_64& rng) {
   return static_cast<double>(rng() >> 11) * 0x1.0p-53;
 }
 
-// Lowest id among the maximal finite-or-infinite, non-NaN values; -1 if every
-// value is NaN. -inf everywhere gives the lowest non-NaN id.
-int32_t Argmax(const float* x, int32_t n) {
-  int32_t best = -1;
-  for (int32_t i = 0; i < n; ++i) {
-    if (std::isnan(x[i])) {
-      continue;
+// The vocabulary-wide passes (max, exp) run 4 lanes at a time through the
+// GCC/Clang generic vector extension: SSE2 on the x86-64 baseline, NEON on
+// Arm, no ISA-specific code. GCC 12 at -O2 does not vectorize these loops by
+// itself, and they are most of a sampling step at 150k tokens.
+using V4f = float __attribute__((vector_size(16)));
+using V4i = int32_t __attribute__((vector_size(16)));
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline V4f Load4(const float* p) {
+  V4f v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline V4f Select4(V4i mask, V4f a, V4f b) {  // mask lanes are all ones or zero
+  return reinterpret_cast<V4f>((reinterpret_cast<V4i>(a) & mask) |
+                               (reinterpret_cast<V4i>(b) & ~mask));
+}
+
+// exp(x) for x <= 0, 0 for x < -86 (below e^-86 ~ 4e-38), -inf and NaN.
+// Cody-Waite reduction x = n ln2 + g, |g| <= ln2/2, and Cephes' expf
+// polynomial for e^g; relative error under 1e-7 over [-86, 0] (measured
+// against std::exp; the logprob tests bound it end to end at 1e-5).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline V4f ExpNonPositive4(V4f x) {
+  const V4i keep = x >= -86.0f;  // false for NaN
+  const V4f xc = Select4(keep, x, V4f{} - 86.0f);
+  const V4f magic = V4f{} + 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const V4f n = (xc * 1.44269504088896341f + magic) - magic;
+  const V4f g = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+  V4f p = V4f{} + 1.9875691500e-4f;
+  p = p * g + 1.3981999507e-3f;
+  p = p * g + 8.3334519073e-3f;
+  p = p * g + 4.1665795894e-2f;
+  p = p * g + 1.6666665459e-1f;
+  p = p * g + 5.0000001201e-1f;
+  const V4f y = p * g * g + g + 1.0f;
+  const V4i scaled = reinterpret_cast<V4i>(y) + (__builtin_convertvector(n, V4i) << 23);
+  return reinterpret_cast<V4f>(scaled & keep);
+}
+
+// w[i] = exp((x[i] - shift) * scale) for x[i] <= shift (0 for NaN and -inf);
+// returns the sum in double.
+double ExpWeights(const float* x, int32_t n, float shift, float scale, float* w) {
+  double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+  int32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const V4f e = ExpNonPositive4((Load4(x + i) - shift) * scale);
+    std::memcpy(w + i, &e, sizeof(e));
+    s0 += e[0];
+    s1 += e[1];
+    s2 += e[2];
+    s3 += e[3];
+  }
+  if (i < n) {
+    float tail[4];
+    std::fill(tail, tail + 4, -std::numeric_limits<float>::infinity());
+    std::copy(x + i, x + n, tail);
+    const V4f e = ExpNonPositive4((Load4(tail) - shift) * scale);
+    for (int32_t j = 0; i + j < n; ++j) {
+      w[i + j] = e[j];
+      s0 += e[j];
     }
-    if (best < 0 || x[i] > x[best]) {
+  }
+  return (s0 + s1) + (s2 + s3);
+}
+
+// Largest non-NaN value; -inf if there is none.
+float MaxNonNan(const float* x, int32_t n) {
+  V4f m4 = V4f{} - std::numeric_limits<float>::infinity();
+  int32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const V4f v = Load4(x + i);
+    m4 = Select4(v > m4, v, m4);  // NaN compares false: skipped
+  }
+  float m = std::max(std::max(m4[0], m4[1]), std::max(m4[2], m4[3]));
+  for (; i < n; ++i) {
+    if (x[i] > m) {
+      m = x[i];
+    }
+  }
+  return m;
+}
+
+// Lowest id holding the largest non-NaN value (-inf everywhere: the lowest
+// non-NaN id); -1 if every value is NaN.
+int32_t Argmax(const float* x, int32_t n) {
+  // Per lane: the max and the first index holding it (strict > keeps the
+  // earliest); then the lowest index among lanes holding the overall max.
+  V4f m4 = V4f{} - std::numeric_limits<float>::infinity();
+  V4i idx4 = V4i{} - 1;
+  V4i i4 = V4i{0, 1, 2, 3};
+  int32_t i = 0;
+  for (; i + 4 <= n; i += 4, i4 += 4) {
+    const V4f v = Load4(x + i);
+    const V4i better = v > m4;
+    m4 = Select4(better, v, m4);
+    idx4 = (i4 & better) | (idx4 & ~better);
+  }
+  float m = -std::numeric_limits<float>::infinity();
+  int32_t best = -1;
+  for (int lane = 0; lane < 4; ++lane) {
+    if (idx4[lane] >= 0 && (m4[lane] > m || (m4[lane] == m && idx4[lane] < best))) {
+      m = m4[lane];
+      best = idx4[lane];
+    }
+  }
+  for (; i < n; ++i) {
+    if (x[i] > m) {
+      m = x[i];
       best = i;
     }
   }
-  return best;
+  if (best >= 0) {
+    return best;
+  }
+  for (int32_t j = 0; j < n; ++j) {  // nothing above -inf
+    if (!std::isnan(x[j])) {
+      return j;
+    }
+  }
+  return -1;
 }
 
 // log(sum(exp(x))) over non-NaN entries, shifted by the max for stability;
-// exp in float, accumulation in double (relative error ~1e-7 on the sum).
-double LogSumExp(absl::Span<const float> x) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (float v : x) {
-    if (v > m) {
-      m = v;
-    }
-  }
+// accumulated in double (relative error ~1e-7 on the sum).
+double LogSumExp(absl::Span<const float> x, std::vector<float>* scratch) {
+  const float m = MaxNonNan(x.data(), static_cast<int32_t>(x.size()));
   if (!std::isfinite(m)) {
     return m;
   }
-  double sum = 0.0;
-  for (float v : x) {
-    if (!std::isnan(v)) {
-      sum += std::exp(v - m);
-    }
-  }
+  scratch->resize(x.size());
+  const double sum = ExpWeights(x.data(), static_cast<int32_t>(x.size()), m, 1.0f, scratch->data());
   return static_cast<double>(m) + std::log(sum);
 }
 
@@ -93,6 +193,101 @@ absl::Status SamplingParams::Validate() const {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
+// Most likely first; equal logits: lower id first. A total order (ids are unique).
+bool Sampler::Better(const Candidate& a, const Candidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
+}
+
+size_t Sampler::TopPCut(double target) {
+  // Weighted quickselect: partition around a pivot by Better and keep the
+  // side that holds the cut, like nth_element but steering by mass instead of
+  // rank. Expected O(n) with no sort; the survivors stay unordered, which the
+  // draw does not mind. Invariant: [0, lo) is kept, its mass `before` is below
+  // `target`, and the cut lies in [lo, hi).
+  auto begin = candidates_.begin();
+  size_t lo = 0;
+  size_t hi = candidates_.size();
+  double before = 0.0;
+  while (hi - lo > 16) {
+    const Candidate& a = candidates_[lo];
+    const Candidate& b = candidates_[lo + (hi - lo) / 2];
+    const Candidate& c = candidates_[hi - 1];
+    const Candidate pivot = Better(a, b) ? (Better(b, c) ? b : (Better(a, c) ? c : a))
+                                         : (Better(a, c) ? a : (Better(b, c) ? c : b));
+    const auto split_it = std::partition(begin + lo, begin + hi, [&pivot](const Candidate& x) {
+      return Better(x, pivot);
+    });
+    const size_t split = static_cast<size_t>(split_it - begin);  // pivot is in [split, hi)
+    double upper = 0.0;
+    for (size_t i = lo; i < split; ++i) {
+      upper += candidates_[i].weight;
+    }
+    if (before + upper >= target) {
+      hi = split;  // the cut is among the strictly better ones
+      continue;
+    }
+    // Everything better than the pivot is kept; the pivot comes next.
+    before += upper;
+    std::iter_swap(begin + split,
+                   std::find_if(begin + split, begin + hi, [&pivot](const Candidate& x) {
+                     return x.token == pivot.token;
+                   }));
+    before += pivot.weight;
+    if (before >= target) {
+      return split + 1;
+    }
+    lo = split + 1;
+  }
+  std::sort(begin + lo, begin + hi, Better);
+  for (size_t i = lo; i < hi; ++i) {
+    before += candidates_[i].weight;
+    if (before >= target) {
+      return i + 1;
+    }
+  }
+  return std::max<size_t>(hi, 1);  // rounding kept the mass just short: keep the range
+}
+
+void Sampler::SelectTop(const float* x, int32_t n, size_t k, bool finite_only,
+                        std::vector<Candidate>* out) {
+  out->clear();
+  auto eligible = [finite_only](float v) {
+    return finite_only ? v > -std::numeric_limits<float>::infinity() : !std::isnan(v);
+  };
+  if (k == 0) {
+    return;
+  }
+  if (k >= static_cast<size_t>(n) / 8) {
+    // A large share of the vocabulary: select in place.
+    for (int32_t i = 0; i < n; ++i) {
+      if (eligible(x[i])) {
+        out->push_back(Candidate{i, x[i], 0.0f});
+      }
+    }
+    if (k < out->size()) {
+      std::nth_element(out->begin(), out->begin() + k, out->end(), Better);
+      out->resize(k);
+    }
+    return;
+  }
+  // A few: one pass with a heap whose front is the worst kept. Most tokens
+  // fail the first comparison, so this costs about one compare per token.
+  for (int32_t i = 0; i < n; ++i) {
+    if (!eligible(x[i])) {
+      continue;
+    }
+    const Candidate c{i, x[i], 0.0f};
+    if (out->size() < k) {
+      out->push_back(c);
+      std::push_heap(out->begin(), out->end(), Better);
+    } else if (x[i] >= out->front().logit && Better(c, out->front())) {
+      std::pop_heap(out->begin(), out->end(), Better);
+      out->back() = c;
+      std::push_heap(out->begin(), out->end(), Better);
+    }
+  }
+}
+
 SampleResult Sampler::Sample(absl::Span<const float> logits, absl::Span<const int32_t> history) {
   SampleResult result;
   const int32_t vocab = static_cast<int32_t>(logits.size());
@@ -102,25 +297,15 @@ SampleResult Sampler::Sample(absl::Span<const float> logits, absl::Span<const in
 
   // 1. Log-probabilities of the raw logits, before anything reshapes them.
   const bool want_logprobs = params_.logprobs || params_.top_logprobs > 0;
-  const double log_z = want_logprobs ? LogSumExp(logits) : 0.0;
+  const double log_z = want_logprobs ? LogSumExp(logits, &weights_) : 0.0;
   if (params_.top_logprobs > 0) {
-    index_scratch_.clear();
-    for (int32_t i = 0; i < vocab; ++i) {
-      if (!std::isnan(logits[i])) {
-        index_scratch_.push_back(i);
-      }
-    }
-    const size_t n = std::min<size_t>(params_.top_logprobs, index_scratch_.size());
-    auto more_likely = [&logits](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    };
-    std::partial_sort(index_scratch_.begin(), index_scratch_.begin() + n, index_scratch_.end(),
-                      more_likely);
-    result.top_logprobs.reserve(n);
-    for (size_t i = 0; i < n; ++i) {
-      const int32_t t = index_scratch_[i];
+    SelectTop(logits.data(), vocab, static_cast<size_t>(params_.top_logprobs),
+              /*finite_only=*/false, &candidates_);
+    std::sort(candidates_.begin(), candidates_.end(), Better);
+    result.top_logprobs.reserve(candidates_.size());
+    for (const Candidate& c : candidates_) {
       result.top_logprobs.push_back(
-          TokenLogprob{t, static_cast<float>(static_cast<double>(logits[t]) - log_z)});
+          TokenLogprob{c.token, static_cast<float>(static_cast<double>(c.logit) - log_z)});
     }
   }
 
@@ -160,46 +345,72 @@ SampleResult Sampler::Sample(absl::Span<const float> logits, absl::Span<const in
   if (params_.temperature <= 0.0f) {
     return finish(Argmax(x, vocab));
   }
-
-  // 4. Candidates: finite-probability tokens (NaN and -inf never drawn).
-  candidates_.clear();
-  for (int32_t i = 0; i < vocab; ++i) {
-    if (x[i] > -std::numeric_limits<float>::infinity()) {  // false for NaN too
-      candidates_.push_back(Candidate{i, x[i], 0.0f});
-    }
-  }
-  if (candidates_.empty()) {
+  const float max_logit = MaxNonNan(x, vocab);
+  if (!std::isfinite(max_logit)) {
+    // All NaN or -inf (nothing has probability), or +inf (the softmax is
+    // undefined): fall back to the argmax.
     return finish(Argmax(x, vocab));
   }
-  auto better = [](const Candidate& a, const Candidate& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
-  };
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < candidates_.size()) {
-    std::nth_element(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(),
-                     better);
-    candidates_.resize(params_.top_k);
-  }
+  const float inv_t = 1.0f / params_.temperature;
+  const bool top_k = params_.top_k > 0 && params_.top_k < vocab;
+  const bool top_p = params_.top_p < 1.0f;
+  const bool min_p = params_.min_p > 0.0f;
 
-  // Softmax at the temperature; the best candidate has weight exactly 1.
-  float max_logit = candidates_[0].logit;
-  for (const Candidate& c : candidates_) {
-    max_logit = std::max(max_logit, c.logit);
-  }
-  if (!std::isfinite(max_logit)) {  // +inf logits: the softmax is undefined
-    return finish(std::min_element(candidates_.begin(), candidates_.end(), better)->token);
-  }
-  const double inv_t = 1.0 / static_cast<double>(params_.temperature);
+  // 4. Candidates and their softmax weights at the temperature (unnormalised;
+  // the most likely token weighs exactly 1). `total` is the mass top-p
+  // measures against: after top-k, before top-p and min-p.
   double total = 0.0;
-  for (Candidate& c : candidates_) {
-    c.weight = static_cast<float>(std::exp((static_cast<double>(c.logit) - max_logit) * inv_t));
-    total += c.weight;
+  if (top_k) {
+    SelectTop(x, vocab, static_cast<size_t>(params_.top_k), /*finite_only=*/true, &candidates_);
+    for (Candidate& c : candidates_) {
+      c.weight = ExpNonPositive4(V4f{} + (c.logit - max_logit) * inv_t)[0];
+      total += c.weight;
+    }
+  } else {
+    weights_.resize(vocab);
+    total = ExpWeights(x, vocab, max_logit, inv_t, weights_.data());
+    if (!top_p && !min_p) {
+      // Plain temperature sampling: draw straight from the weights.
+      const double u = UniformDouble(rng_) * total;
+      double acc = 0.0;
+      int32_t chosen = -1;
+      for (int32_t i = 0; i < vocab; ++i) {
+        if (weights_[i] > 0.0f) {
+          acc += weights_[i];
+          chosen = i;
+          if (acc > u) {
+            break;
+          }
+        }
+      }
+      return finish(chosen);  // the last positive weight if rounding left acc <= u
+    }
+    // Only tokens that can survive become candidates. min-p keeps
+    // w >= min_p. A token t in the top-p set has less than top_p * total
+    // mass strictly before it, so t and the at most `vocab` tokens after it
+    // hold more than (1 - top_p) * total, each weighing at most w_t:
+    // w_t > (1 - top_p) * total / vocab. Half that bound leaves room for
+    // rounding; it usually discards most of the vocabulary.
+    float floor = 0.0f;
+    if (min_p) {
+      floor = std::min(params_.min_p, 1.0f);
+    }
+    if (top_p) {
+      floor = std::max(
+          floor, static_cast<float>(0.5 * (1.0 - params_.top_p) * total / vocab));
+    }
+    candidates_.clear();
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (weights_[i] >= floor && weights_[i] > 0.0f) {
+        candidates_.push_back(Candidate{i, x[i], weights_[i]});
+      }
+    }
   }
 
-  // min-p and top-p each keep a most-likely prefix of the candidates, and
-  // min-p's threshold (relative to p_max) is unchanged by top-p's cut, so
-  // applying min-p first (a linear filter) gives the same set and leaves less
-  // to sort. top-p still measures mass against the pre-min-p total.
-  if (params_.min_p > 0.0f) {
+  // 5. min-p, then top-p. Each keeps a most-likely prefix of the candidates
+  // and min-p's threshold (relative to p_max) is unchanged by top-p's cut, so
+  // this order gives the same set as top-p first, with less left to select.
+  if (min_p) {
     const float threshold = std::min(params_.min_p, 1.0f);  // p / p_max == weight
     candidates_.erase(std::remove_if(candidates_.begin(), candidates_.end(),
                                      [threshold](const Candidate& c) {
@@ -207,33 +418,11 @@ SampleResult Sampler::Sample(absl::Span<const float> logits, absl::Span<const in
                                      }),
                       candidates_.end());
   }
-  if (params_.top_p < 1.0f) {
-    // Sort only as far as the mass requires: grow a sorted prefix
-    // geometrically (nth_element on the rest, then sort the new slice).
-    const double target = static_cast<double>(params_.top_p) * total * 0.9;
-    const size_t n = candidates_.size();
-    size_t sorted = 0;
-    double cumulative = 0.0;
-    size_t keep = n;
-    while (sorted < n && keep == n) {
-      const size_t end = std::min(n, std::max<size_t>(256, 4 * sorted));
-      if (end < n) {
-        std::nth_element(candidates_.begin() + sorted, candidates_.begin() + end,
-                         candidates_.end(), better);
-      }
-      std::sort(candidates_.begin() + sorted, candidates_.begin() + end, better);
-      for (; sorted < end; ++sorted) {
-        cumulative += candidates_[sorted].weight;
-        if (cumulative >= target) {
-          keep = sorted + 1;  // at least one
-          break;
-        }
-      }
-    }
-    candidates_.resize(keep);
+  if (top_p && !candidates_.empty()) {
+    candidates_.resize(TopPCut(static_cast<double>(params_.top_p) * total));
   }
 
-  // 5. Draw from the renormalised survivors.
+  // 6. Draw from the renormalised survivors.
   double kept = 0.0;
   for (const Candidate& c : candidates_) {
     kept += c.weight;
@@ -252,7 +441,7 @@ SampleResult Sampler::Sample(absl::Span<const float> logits, absl::Span<const in
     }
   }
   // chosen is the last positive-weight candidate if rounding left acc <= u;
-  // the best candidate always has weight 1, so one exists.
+  // the most likely token weighs 1 and always survives, so one exists.
   return finish(chosen);
 }
 

@@ -78,11 +78,21 @@ class Sampler {
     float weight;  // exp((logit - max) / temperature), unnormalised
   };
 
+  static bool Better(const Candidate& a, const Candidate& b);
+  // The k best (by Better) of x[0..n) into *out, unordered; NaN never, -inf
+  // only unless finite_only.
+  static void SelectTop(const float* x, int32_t n, size_t k, bool finite_only,
+                        std::vector<Candidate>* out);
+  // Reorders candidates_ so that its first N entries are the smallest most-likely
+  // set whose weight reaches `target` (N >= 1), and returns N.
+  size_t TopPCut(double target);
+
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<float> scratch_;          // penalised logits (only with a penalty)
-  std::vector<int32_t> index_scratch_;  // penalty window ids, top-logprob ranking
+  std::vector<int32_t> index_scratch_;  // distinct ids in the penalty window
   std::vector<Candidate> candidates_;
+  std::vector<float> weights_;          // per-vocab exp weights (logprobs; no top-k)
 };
 
 // Tracks generated text against stop strings; holds back text that could be

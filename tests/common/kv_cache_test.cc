@@ -381,6 +381,13 @@ TEST_F(KvCacheTest, LeavesOnePromptTokenToCompute) {
   }
 }
 
+TEST(ChainBlockHashTest, NamesAreStable) {
+  // Names are promised stable across builds and processes (a router may
+  // compute them): changing the hash is a protocol change, not a refactor.
+  EXPECT_EQ(ModelSeedHash(0), 0x8ee9dc9e0b7cb8a6ULL);
+  EXPECT_EQ(ChainBlockHash(ModelSeedHash(0), Iota(16)), 0x50a56d3aabd0927bULL);
+}
+
 TEST_F(KvCacheTest, HashChainsOverThePrefixAndTheModel) {
   const std::vector<int32_t> block = Iota(16, 5);
   const BlockHash seed = ModelSeedHash(1);

@@ -224,6 +224,8 @@ TEST(SamplerTest, TruncationKeepsExactlyTheRightTokens) {
       {"temperature flattens min_p", 2.0f, 0, 1.0f, 0.45f, {0, 1, 2, 3}},
       {"top_p and min_p: the tighter wins", 1.0f, 0, 0.96f, 0.2f, {0, 1, 2, 3}},
       {"all three", 1.0f, 4, 0.7f, 0.1f, {0, 1}},
+      // After top-k, min-p still binds: p / p_max >= 0.3 keeps q >= 0.12.
+      {"top_k then min_p", 1.0f, 5, 1.0f, 0.3f, {0, 1, 2}},
   };
   // "all three": top-4 renormalised = {0.444, 0.278, 0.167, 0.111}; top_p 0.7
   // keeps {0, 1} (0.722); min_p 0.1 (>= 0.044) removes none of those.
@@ -344,7 +346,8 @@ TEST(SamplerTest, RepetitionPenaltyChangesTheArgmax) {
 }
 
 TEST(SamplerTest, LogprobsMatchDoubleLogSoftmax) {
-  for (int32_t vocab : {4, 32000, 150000}) {
+  // Sizes off a multiple of 4 exercise the vectorised passes' tails.
+  for (int32_t vocab : {4, 7, 32000, 32003, 150000}) {
     SCOPED_TRACE(absl::StrCat("vocab=", vocab));
     const std::vector<float> logits = RandomLogits(vocab, /*seed=*/vocab, /*scale=*/12.0f);
     const std::vector<double> ref = LogSoftmaxDouble(logits);

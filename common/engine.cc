@@ -164,6 +164,7 @@ absl::Status Engine::ForkSequence(SequenceId src, SequenceId dst) {
 absl::Status Engine::FreeSequence(SequenceId seq) {
   RETURN_IF_ERROR(kv_.Free(seq));
   tokens_.erase(seq);
+  imports_.erase(seq);
   return absl::OkStatus();
 }
 
@@ -192,7 +193,52 @@ void Engine::EnsureScratch(int64_t t) {
   scratch_tokens_ = t;
 }
 
-absl::StatusOr<StepOutput> Engine::Step(absl::Span<const BatchEntry> batch) {
+absl::StatusOr<std::vector<BlockId>> Engine::AddSequenceForImport(
+    SequenceId seq, absl::Span<const int32_t> prompt) {
+  const ModelConfig& mc = model_.config();
+  if (prompt.empty() || static_cast<int64_t>(prompt.size()) > mc.context_length) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence ", seq, ": prompt of ", prompt.size(),
+                                                   " tokens (context ", mc.context_length, ")"));
+  }
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= mc.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", seq, ": token ", i, " id ",
+                                                     prompt[i], " outside vocabulary [0, ",
+                                                     mc.vocab_size, ")"));
+    }
+  }
+  if (kv_.BlocksNeeded(prompt.size()) > kv_.num_free_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV pool: sequence ", seq, " needs ", kv_.BlocksNeeded(prompt.size()), " blocks, ",
+        kv_.num_free_blocks(), " free"));
+  }
+  RETURN_IF_ERROR(kv_.AddSequence(seq, {}).status());
+  std::vector<BlockCopy> copies;
+  absl::Status s = kv_.Reserve(seq, static_cast<int32_t>(prompt.size()), &copies);
+  if (!s.ok()) {
+    kv_.Free(seq).IgnoreError();  // Nothing was reserved; the sequence is dropped.
+    return s;
+  }
+  tokens_[seq].clear();
+  imports_[seq].assign(prompt.begin(), prompt.end());
+  absl::Span<const BlockId> table = kv_.block_table(seq);
+  return std::vector<BlockId>(table.begin(), table.end());
+}
+
+absl::Status Engine::CommitImport(SequenceId seq) {
+  auto it = imports_.find(seq);
+  if (it == imports_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", seq, " has no KV import in progress"));
+  }
+  RETURN_IF_ERROR(kv_.Commit(seq, it->second));
+  tokens_[seq] = std::move(it->second);
+  imports_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutput> Engine::Step(absl::Span<const BatchEntry> batch,
+                                        absl::FunctionRef<void(int layer)> layer_done) {
   const ModelConfig& c = model_.config();
   // Validate everything before touching state.
   int64_t total = 0;
@@ -201,9 +247,11 @@ absl::StatusOr<StepOutput> Engine::Step(absl::Span<const BatchEntry> batch) {
   for (size_t e = 0; e < batch.size(); ++e) {
     const BatchEntry& b = batch[e];
     auto it = tokens_.find(b.seq);
-    if (it == tokens_.end()) {
+    if (it == tokens_.end() || imports_.contains(b.seq)) {
       return absl::InvalidArgumentError(absl::StrCat("step entry ", e, ": unknown sequence ",
-                                                     b.seq));
+                                                     b.seq, imports_.contains(b.seq)
+                                                                ? " (KV import not committed)"
+                                                                : ""));
     }
     if (!seen.insert(b.seq).second) {
       return absl::InvalidArgumentError(
@@ -300,6 +348,7 @@ absl::StatusOr<StepOutput> Engine::Step(absl::Span<const BatchEntry> batch) {
         WriteKv(kv, tables_[t][pos / config_.block_size], pos % config_.block_size, k, v);
       }
     });
+    layer_done(l);
     PagedAttention(q_.data(), total, positions_.data(), tables_.data(), kv, c.num_heads, scale,
                    attn_.data(), pool);
     MatMul(w.wo, attn_.data(), total, o_.data(), pool);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -89,11 +90,30 @@ class Engine {
   // Runs one forward pass. Each sequence may appear at most once. All-or-
   // nothing on errors detected before compute: InvalidArgument (unknown
   // sequence, bad token id, over context), ResourceExhausted (KV pool cannot
-  // hold the batch; nothing reserved).
-  absl::StatusOr<StepOutput> Step(absl::Span<const BatchEntry> batch);
+  // hold the batch; nothing reserved). `layer_done(l)`, when given, runs on
+  // the calling thread as soon as layer l's K and V of every batch token are
+  // in the pool (before that layer's attention), so a prefill worker can push
+  // them while later layers compute.
+  absl::StatusOr<StepOutput> Step(absl::Span<const BatchEntry> batch,
+                                  absl::FunctionRef<void(int layer)> layer_done = [](int) {});
+
+  // KV import (decode side of disaggregation): starts `seq` with room for
+  // `prompt` and returns its block ids, whose KV a transport then writes.
+  // The prefix cache is not consulted (the writer fills every block).
+  // ResourceExhausted (nothing kept) when the pool cannot hold the prompt.
+  absl::StatusOr<std::vector<BlockId>> AddSequenceForImport(SequenceId seq,
+                                                            absl::Span<const int32_t> prompt);
+  // Marks the imported prompt KV as present: the sequence now holds
+  // `prompt` (as given to AddSequenceForImport) and can decode.
+  absl::Status CommitImport(SequenceId seq);
 
   // Bytes of one block in one layer for K (same for V).
   int64_t block_bytes_per_layer() const { return block_bytes_; }
+  int32_t num_blocks() const { return num_blocks_; }
+  // Byte offset in the pool of block `block` of layer `layer`, K (kv = 0) or V (1).
+  int64_t BlockOffset(int layer, int kv, BlockId block) const {
+    return ((int64_t{layer} * 2 + kv) * num_blocks_ + block) * block_bytes_;
+  }
   // Base of the whole KV pool ([layer][K|V][block]) for transports.
   void* kv_pool_base() { return kv_pool_; }
   int64_t kv_pool_bytes() const { return kv_pool_bytes_; }
@@ -115,6 +135,7 @@ class Engine {
   int64_t block_bytes_ = 0;
   int32_t num_blocks_ = 0;
   absl::flat_hash_map<SequenceId, std::vector<int32_t>> tokens_;  // all tokens per sequence
+  absl::flat_hash_map<SequenceId, std::vector<int32_t>> imports_;  // prompts awaiting CommitImport
 
   // Scratch, grown on demand.
   int64_t scratch_tokens_ = 0;

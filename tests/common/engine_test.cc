@@ -5,6 +5,7 @@
 #include "common/engine.h"
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -286,6 +287,77 @@ TEST(EngineTest, ForkCopyOnWriteMatchesIndependentRuns) {
   ASSERT_OK(engine->FreeSequence(1));
   ASSERT_OK(engine->FreeSequence(2));
   EXPECT_EQ(engine->kv_cache().num_used_blocks(), 0);
+}
+
+// Disaggregation in one process: engine A prefills, its KV blocks are copied
+// byte for byte into blocks engine B reserved for import (different block
+// ids), and B's decode continues exactly as A's would.
+TEST(EngineTest, ImportedKvDecodesLikeLocalKv) {
+  const Model& model = SmallModel(GgmlType::kQ8_0);
+  auto a = MakeEngine(model, 64);
+  auto b = MakeEngine(model, 64);
+  auto prompt = RandomTokens(37, model.config().vocab_size, 21);
+  // Occupy some of B's blocks so the imported ids differ from A's.
+  auto filler = RandomTokens(40, model.config().vocab_size, 22);
+  ASSERT_OK(b->AddSequence(99, filler).status());
+  BatchEntry fe{99, filler, LogitsMode::kNone};
+  ASSERT_OK(b->Step(absl::MakeConstSpan(&fe, 1)).status());
+
+  ASSERT_OK(a->AddSequence(1, prompt).status());
+  BatchEntry pe{1, prompt, LogitsMode::kLast};
+  auto out = a->Step(absl::MakeConstSpan(&pe, 1));
+  ASSERT_OK(out.status());
+  int32_t first = Argmax(out->last_logits(0));
+
+  auto blocks = b->AddSequenceForImport(1, prompt);
+  ASSERT_OK(blocks.status());
+  auto src = a->kv_cache().block_table(1);
+  ASSERT_EQ(blocks->size(), src.size());
+  EXPECT_NE((*blocks)[0], src[0]);
+  BatchEntry early{1, absl::MakeConstSpan(&first, 1), LogitsMode::kLast};
+  EXPECT_THAT(b->Step(absl::MakeConstSpan(&early, 1)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not committed")));
+  for (int l = 0; l < model.config().num_layers; ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      for (size_t i = 0; i < src.size(); ++i) {
+        std::memcpy(static_cast<uint8_t*>(b->kv_pool_base()) + b->BlockOffset(l, kv, (*blocks)[i]),
+                    static_cast<uint8_t*>(a->kv_pool_base()) + a->BlockOffset(l, kv, src[i]),
+                    a->block_bytes_per_layer());
+      }
+    }
+  }
+  ASSERT_OK(b->CommitImport(1));
+  std::vector<int32_t> ta = {first}, tb = {first};
+  for (int i = 0; i < 10; ++i) {
+    BatchEntry ea{1, absl::MakeConstSpan(&ta.back(), 1), LogitsMode::kLast};
+    BatchEntry eb{1, absl::MakeConstSpan(&tb.back(), 1), LogitsMode::kLast};
+    auto oa = a->Step(absl::MakeConstSpan(&ea, 1));
+    auto ob = b->Step(absl::MakeConstSpan(&eb, 1));
+    ASSERT_OK(oa.status());
+    ASSERT_OK(ob.status());
+    EXPECT_LT(MaxAbsDiff(oa->last_logits(0), ob->last_logits(0)), 1e-5);
+    ta.push_back(Argmax(oa->last_logits(0)));
+    tb.push_back(Argmax(ob->last_logits(0)));
+  }
+  EXPECT_EQ(ta, tb);
+  ASSERT_OK(a->FreeSequence(1));
+  ASSERT_OK(b->FreeSequence(1));
+  ASSERT_OK(b->FreeSequence(99));
+  EXPECT_EQ(a->kv_cache().num_used_blocks(), 0);
+  EXPECT_EQ(b->kv_cache().num_used_blocks(), 0);
+}
+
+// Step's layer hook runs once per layer, in order.
+TEST(EngineTest, LayerHookRunsPerLayerInOrder) {
+  const Model& model = SmallModel();
+  auto e = MakeEngine(model);
+  auto prompt = RandomTokens(20, model.config().vocab_size, 2);
+  ASSERT_OK(e->AddSequence(1, prompt).status());
+  std::vector<int> layers;
+  BatchEntry be{1, prompt, LogitsMode::kLast};
+  ASSERT_OK(e->Step(absl::MakeConstSpan(&be, 1), [&](int l) { layers.push_back(l); }).status());
+  EXPECT_EQ(layers, (std::vector<int>{0, 1, 2}));
+  ASSERT_OK(e->FreeSequence(1));
 }
 
 // F16 KV cache stays close to F32 KV (half-precision storage only).

@@ -193,6 +193,12 @@ absl::Status SamplingParams::Validate() const {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
+void Sampler::SkipSteps(int64_t steps) {
+  if (params_.temperature > 0.0f && steps > 0) {
+    rng_.discard(static_cast<unsigned long long>(steps));
+  }
+}
+
 // Most likely first; equal logits: lower id first. A total order (ids are unique).
 bool Sampler::Better(const Candidate& a, const Candidate& b) {
   return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);

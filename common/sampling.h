@@ -69,6 +69,12 @@ class Sampler {
   // never drawn. An empty `logits` returns token -1.
   SampleResult Sample(absl::Span<const float> logits, absl::Span<const int32_t> history);
 
+  // Advances the RNG stream past `steps` Sample() calls made elsewhere (every
+  // call with temperature > 0 consumes exactly one draw; greedy none), so a
+  // decode worker continuing after a prefill worker sampled the first token
+  // draws what a single process would have drawn.
+  void SkipSteps(int64_t steps);
+
   const SamplingParams& params() const { return params_; }
 
  private:

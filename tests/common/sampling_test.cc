@@ -510,3 +510,33 @@ TEST(StopStringMatcherTest, SplitsDoNotChangeTheResult) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// A sampler that skips the steps another process already sampled continues
+// exactly where a single sampler would be.
+TEST(SamplerSkipTest, SkipStepsContinuesTheStream) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 77;
+  std::vector<float> logits(64);
+  for (int i = 0; i < 64; ++i) logits[i] = std::sin(i * 0.7f) * 2.0f;
+  Sampler whole(p);
+  std::vector<int32_t> expected;
+  for (int i = 0; i < 50; ++i) expected.push_back(whole.Sample(logits, {}).token);
+  Sampler first(p);
+  EXPECT_EQ(first.Sample(logits, {}).token, expected[0]);
+  Sampler rest(p);
+  rest.SkipSteps(1);
+  std::vector<int32_t> got = {expected[0]};
+  for (int i = 1; i < 50; ++i) got.push_back(rest.Sample(logits, {}).token);
+  EXPECT_EQ(got, expected);
+  Sampler no_skip(p);
+  std::vector<int32_t> shifted = {expected[0]};
+  for (int i = 1; i < 50; ++i) shifted.push_back(no_skip.Sample(logits, {}).token);
+  EXPECT_NE(shifted, expected);
+}
+
+}  // namespace
+}  // namespace tandem

@@ -53,7 +53,7 @@ Isa DetectIsaUncached() {
     return Isa::kScalar;
   }
   const bool avx512 = (ebx & (1u << 16)) && (ebx & (1u << 17)) &&  // F, DQ
-                      (ebx & (1u << 30)) && (ebx & (1u << 31));   // BW, VL
+                      (ebx & (1u << 30)) && (ebx & (1u << 31));    // BW, VL
   const bool vnni = ecx & (1u << 11);
   // Opmask, upper ZMM0-15 and ZMM16-31 state enabled by the OS.
   if (!avx512 || (xcr0 & 0xE6) != 0xE6) {
@@ -129,13 +129,11 @@ absl::StatusOr<WeightMatrix> WeightMatrix::Create(GgmlType type, const void* dat
           absl::StrCat("WeightMatrix: unsupported type id ", static_cast<uint32_t>(type)));
   }
   if (rows <= 0 || cols <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("WeightMatrix: bad shape ", rows, "x", cols));
+    return absl::InvalidArgumentError(absl::StrCat("WeightMatrix: bad shape ", rows, "x", cols));
   }
   if (cols % BlockSize(type) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("WeightMatrix: cols ", cols,
-                                                   " not a multiple of the block size ",
-                                                   BlockSize(type)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WeightMatrix: cols ", cols, " not a multiple of the block size ", BlockSize(type)));
   }
   if (data == nullptr) {
     return absl::InvalidArgumentError("WeightMatrix: null data");
@@ -186,8 +184,8 @@ void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t n, float
   }
 }
 
-void Rope(float* x, int n_heads, int head_dim, int rot_dim, int32_t position,
-          const float* inv_freq, RopeStyle style) {
+void Rope(float* x, int n_heads, int head_dim, int rot_dim, int32_t position, const float* inv_freq,
+          RopeStyle style) {
   DCHECK_LE(rot_dim, head_dim);
   DCHECK_EQ(rot_dim % 2, 0);
   const int half = rot_dim / 2;
@@ -222,8 +220,8 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
 }
 
 void PagedAttention(const float* q, int64_t n_tokens, const int32_t* positions,
-                    const int32_t* const* block_tables, const PagedKv& kv, int n_heads,
-                    float scale, float* out, ThreadPool& pool) {
+                    const int32_t* const* block_tables, const PagedKv& kv, int n_heads, float scale,
+                    float* out, ThreadPool& pool) {
   if (n_tokens <= 0) {
     return;
   }
@@ -236,9 +234,8 @@ void PagedAttention(const float* q, int64_t n_tokens, const int32_t* positions,
   const int64_t elt = kv.dtype == GgmlType::kF16 ? 2 : 4;
   const int64_t head_stride = int64_t{bs} * hd * elt;        // one KV head of one block
   const int64_t block_stride = head_stride * kv.n_kv_heads;  // one block
-  const internal::AttendBlockFn attend = ActiveIsa() == Isa::kScalar
-                                             ? internal::AttendBlockScalar
-                                             : internal::AttendBlockAvx2;
+  const internal::AttendBlockFn attend =
+      ActiveIsa() == Isa::kScalar ? internal::AttendBlockScalar : internal::AttendBlockAvx2;
   // Keys per AttendBlock call (bounds its score buffer).
   constexpr int kChunk = 64;
   // One task per (token, KV head): the query heads of a GQA group share every
@@ -273,8 +270,8 @@ void PagedAttention(const float* q, int64_t n_tokens, const int32_t* positions,
       const int n = static_cast<int>(std::min<int64_t>(bs, n_keys - blk * bs));
       for (int j0 = 0; j0 < n; j0 += kChunk) {
         const int64_t sub = int64_t{j0} * hd * elt;
-        attend(qs, group, kbase + off + sub, vbase + off + sub, kv.dtype,
-               std::min(kChunk, n - j0), hd, mx, l, acc);
+        attend(qs, group, kbase + off + sub, vbase + off + sub, kv.dtype, std::min(kChunk, n - j0),
+               hd, mx, l, acc);
       }
     }
     float* ot = out + (t * n_heads + int64_t{h} * group) * hd;

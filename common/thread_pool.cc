@@ -30,16 +30,41 @@ constexpr int kSpinsPerClockRead = 64;
 
 }  // namespace
 
-// Memory orders. The owner publishes a job by writing num_tasks_, fn_,
-// next_task_, active_ and then bumping generation_ (seq_cst, so also a
-// release); a worker acquires generation_ before reading the job fields. A
-// worker's final decrement of active_ is a release that pairs with the
-// owner's acquire load of active_ in Run(), so the owner may overwrite the job
-// fields (and the task results written by workers are visible) once it reads
-// zero. The sleep protocol is a Dekker pair: a worker increments sleepers_
-// then re-reads generation_ (under mu_), the owner bumps generation_ then
-// reads sleepers_, all seq_cst; so either the worker sees the new job or the
-// owner sees the sleeper and notifies under mu_.
+// Job protocol.
+//
+// next_task_ is the claim word of the current job: job tag (24 bits) | task
+// count (20 bits) | next task index (20 bits). Tasks are claimed by CAS on the
+// whole word, so a thread can only claim a task of the job whose tag it read;
+// a worker arriving late (descheduled, asleep) finds the index exhausted or a
+// newer tag and claims nothing. active_ counts the current job's unfinished
+// tasks. The owner therefore never waits for workers to check in, only for
+// tasks that were actually claimed: on a loaded machine a worker that is not
+// running costs nothing (its share is taken by the others).
+//
+// Memory orders. The owner writes fn_ and active_, then publishes the claim
+// word with a release store; a successful claim (acq_rel CAS) acquires it, so
+// the claimer sees fn_. The owner cannot overwrite fn_ for the next job until
+// active_ drops to zero, i.e. until every claimed task has returned. Each
+// finished task decrements active_ (release), paired with the owner's acquire
+// load, so the owner sees all task side effects when Run() returns.
+// generation_ only wakes workers: bumped after the claim word is published.
+// The sleep protocol is a Dekker pair: a worker increments sleepers_ then
+// re-reads generation_ (under mu_), the owner bumps generation_ then reads
+// sleepers_, all seq_cst; so either the worker sees the new job or the owner
+// sees the sleeper and notifies under mu_.
+namespace {
+
+constexpr int kIndexBits = 20;
+constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
+constexpr int64_t kMaxJobTasks = kIndexMask;  // larger jobs run in pieces
+constexpr uint64_t kTagMask = (uint64_t{1} << (64 - 2 * kIndexBits)) - 1;
+
+constexpr uint64_t PackClaim(uint64_t tag, uint64_t n, uint64_t index) {
+  return (tag << (2 * kIndexBits)) | (n << kIndexBits) | index;
+}
+
+}  // namespace
+
 ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
   workers_.reserve(num_threads_ - 1);
   for (int t = 1; t < num_threads_; ++t) {
@@ -70,28 +95,34 @@ void ThreadPool::Run(int64_t num_tasks, absl::FunctionRef<void(int64_t task, int
     return;
   }
   DCHECK(fn_ == nullptr) << "ThreadPool::Run is not reentrant";
-  num_tasks_ = num_tasks;
-  fn_ = &fn;
-  next_task_.store(0, std::memory_order_relaxed);
-  active_.store(num_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
+  for (int64_t base = 0; base < num_tasks; base += kMaxJobTasks) {
+    const int64_t n = std::min(kMaxJobTasks, num_tasks - base);
+    // Tasks of this piece are offset by `base`.
+    auto piece = [&](int64_t task, int thread) { fn(base + task, thread); };
+    absl::FunctionRef<void(int64_t, int)> piece_ref = piece;
+    num_tasks_ = n;
+    fn_ = &piece_ref;
+    active_.store(static_cast<int>(n), std::memory_order_relaxed);
+    const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
+    next_task_.store(static_cast<int64_t>(PackClaim(gen & kTagMask, n, 0)),
+                     std::memory_order_release);
+    generation_.store(gen, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+      { std::lock_guard<std::mutex> lock(mu_); }
+      cv_.notify_all();
     }
-    cv_.notify_all();
-  }
-  Work(0);
-  // Wait for the workers to check out of this job. Yield now and then in case
-  // a worker was descheduled (the machine may be oversubscribed).
-  for (int spins = 0; active_.load(std::memory_order_acquire) != 0; ++spins) {
-    if (spins < 4096) {
-      CpuRelax();
-    } else {
-      std::this_thread::yield();
+    Work(0);
+    // Wait for tasks claimed by workers. Yield now and then in case one was
+    // descheduled (the machine may be oversubscribed).
+    for (int spins = 0; active_.load(std::memory_order_acquire) != 0; ++spins) {
+      if (spins < 4096) {
+        CpuRelax();
+      } else {
+        std::this_thread::yield();
+      }
     }
+    fn_ = nullptr;
   }
-  fn_ = nullptr;
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,
@@ -113,14 +144,22 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
 }
 
 void ThreadPool::Work(int thread) {
-  const int64_t n = num_tasks_;
-  const absl::FunctionRef<void(int64_t, int)>& fn = *fn_;
+  // The job this call works on is the one whose claim word it reads first.
+  int64_t word = next_task_.load(std::memory_order_acquire);
+  const uint64_t job = static_cast<uint64_t>(word) >> kIndexBits;  // tag and count
   for (;;) {
-    const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= n) {
-      return;
+    const auto w = static_cast<uint64_t>(word);
+    const uint64_t index = w & kIndexMask;
+    const uint64_t n = (w >> kIndexBits) & kIndexMask;
+    if ((w >> kIndexBits) != job || index >= n) {
+      return;  // job finished (or superseded)
     }
-    fn(task, thread);
+    if (next_task_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel,
+                                         std::memory_order_acquire)) {
+      (*fn_)(static_cast<int64_t>(index), thread);
+      active_.fetch_sub(1, std::memory_order_release);
+      word = next_task_.load(std::memory_order_acquire);
+    }
   }
 }
 
@@ -154,7 +193,6 @@ void ThreadPool::WorkerLoop(int thread) {
     }
     seen = gen;
     Work(thread);
-    active_.fetch_sub(1, std::memory_order_release);
   }
 }
 

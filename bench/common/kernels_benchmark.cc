@@ -6,6 +6,7 @@
 //                                      3 = 32000x2048 (lm head); rows x cols.
 //   BM_MemoryBandwidth/threads         read bandwidth bound (1 GiB, AVX2 loads)
 //   BM_PagedAttention/batch/ctx/dtype/threads
+//   BM_ThreadPoolJob/threads/tasks     fork/join overhead of one job
 //
 // Counters: bytes_per_second (weights or KV read per iteration), "ops" (2
 // ops per multiply-add, per second), "tok/s" (activation rows per second).
@@ -155,6 +156,22 @@ BENCHMARK(BM_MemoryBandwidth)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// Fork/join cost of one ThreadPool job of `tasks` empty tasks (a decode step
+// issues ~150 jobs, so this must stay in the low microseconds).
+void BM_ThreadPoolJob(benchmark::State& state) {
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  const int64_t tasks = state.range(1);
+  std::vector<int64_t> sink(tasks);
+  for (auto _ : state) {
+    pool.Run(tasks, [&](int64_t task, int thread) { sink[task] = thread; });
+    benchmark::DoNotOptimize(sink.data());
+  }
+}
+BENCHMARK(BM_ThreadPoolJob)
+    ->ArgNames({"threads", "tasks"})
+    ->ArgsProduct({{1, 2}, {2, 16}})
+    ->UseRealTime();
+
 // Decode-style attention: `batch` sequences of `ctx` tokens each, one query
 // token per sequence at the last position, TinyLlama head layout.
 void BM_PagedAttention(benchmark::State& state) {
@@ -198,8 +215,8 @@ void BM_PagedAttention(benchmark::State& state) {
   std::vector<float> out(q.size());
   ThreadPool pool(threads);
   for (auto _ : state) {
-    PagedAttention(q.data(), batch, positions.data(), tables.data(), kv, kHeads, 0.125f,
-                   out.data(), pool);
+    PagedAttention(q.data(), batch, positions.data(), tables.data(), kv, kHeads, 0.125f, out.data(),
+                   pool);
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * 2 * int64_t{batch} * ctx * kKvHeads * kHeadDim *

@@ -1,28 +1,30 @@
 // AVX2 + FMA + F16C kernels. Compiled with -mavx2 -mfma -mf16c -mbmi2 and
 // only called after DetectIsa() saw those features.
 //
-// Matrix multiply layout. Both the quantized and the float GEMMs put weight
-// ROWS in SIMD lanes ("lanes = rows"): a panel of 8 (quantized) or 16 (float)
-// consecutive weight rows is repacked per call, in a per-thread buffer, so
-// that one vector holds the same k of 8/16 rows. The micro-kernel broadcasts
-// one activation element (or 4 int8 activations) and multiplies it with the
-// vector, so every weight vector loaded serves MR activation rows, every
-// broadcast serves 8/16 weight rows, and results come out as contiguous
-// y[i][r..r+7] with the per-row scales applied as one vector. No horizontal
-// sums, and the GGUF layout (possibly an mmap) is read exactly once per call
-// for batch 1.
+// Matrix multiply layout. The GEMMs put weight ROWS in SIMD lanes ("lanes =
+// rows"): a panel of 8 (quantized) or 16 (float) consecutive weight rows is
+// repacked per call, in a per-thread buffer, so that one vector holds the
+// same k of 8/16 rows. The micro-kernel broadcasts one activation element (or
+// 4 int8 activations) and multiplies it with the vector, so every weight
+// vector loaded serves MR activation rows, every broadcast serves 8/16 weight
+// rows, and results come out as contiguous y[i][r..r+7] with the per-row
+// scales applied as one vector. No horizontal sums; the GGUF layout (possibly
+// an mmap) is read once per call. Each task owns a range of panels, so every
+// thread streams its share of the weights once per call, at any batch.
+// Batch 1-2 Q4_0 transposes blocks in registers without a panel buffer
+// (FusedQ4Rows8); batch <= 3 float types use a k-in-lanes GEMV that reads
+// F16/BF16 in place (GemvRows).
 //
 // Quantized dot products (activations quantized per 32-block to int8, see
-// kernels_internal.h):
-//   Q4_0: vpmaddubsw(nibbles as u8 in [0,15], x as s8) -> int16 pairs of at
-//         most 2*15*127 = 3810, so the 8 products of a block (32 elements per
-//         row) sum in int16 without saturation (30480 < 32767); one vpmaddwd
-//         per block widens to int32; the -8 offset is applied as
-//         -8 * sum(x_block) (exact integer correction).
+// kernels_internal.h) are exact integer sums per block, so ISA paths differ
+// from the scalar reference only in fp32 rounding of the scale accumulation:
+//   Q4_0: vpmaddubsw with int16 accumulation over a whole block and one
+//         vpmaddwd per block (see KernelQ4 for the two operand layouts and
+//         their saturation bounds).
 //   Q8_0: ggml's sign trick: vpmaddubsw(|w|, sign(x, w)), pairs at most
 //         2*128*127 = 32512, then vpmaddwd per product (no int16 headroom).
-// Both are exact integer sums per block; only the fp32 scale accumulation
-// differs from the scalar reference (in rounding).
+//         On Zen 3 vpsignb, vpmaddubsw and vpmaddwd share the two multiply
+//         pipes, which bounds Q8_0 to 32 MACs per 1.5 cycles.
 
 #include <immintrin.h>
 
@@ -119,8 +121,8 @@ inline __m256 Load8(const uint8_t* row, int64_t c) {
   } else if constexpr (T == GgmlType::kF16) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
   } else {
-    const __m256i u = _mm256_cvtepu16_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
+    const __m256i u =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
   }
 }
@@ -180,8 +182,8 @@ void QuantizeActsAvx2(const float* x, int64_t m, int64_t cols, bool offset128,
       const __m256i p01 = _mm256_packs_epi32(i0, i1);
       const __m256i p23 = _mm256_packs_epi32(i2, i3);
       // x + 128 as u8 is x with its top bit flipped.
-      const __m256i q = _mm256_xor_si256(
-          _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), perm), flip);
+      const __m256i q =
+          _mm256_xor_si256(_mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), perm), flip);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.qs + i * cols + b * kQBlock), q);
     }
   }
@@ -195,15 +197,31 @@ namespace {
 
 constexpr int kQPanelRows = 8;
 // A packed block holds one 32-column block of 8 consecutive weight rows;
-// group g (k = 4g..4g+3) is one vector of 8 rows x 4 bytes.
-//   Q4_0: float d[8] | int32 corr[8] | (q - 8) as s8, 8 groups    (320 bytes)
-//         corr = 128 * sum(q - 8) per row, see KernelQ4.
-//   Q8_0: float d[8] | w as s8, 8 groups | |w| as u8, 8 groups    (544 bytes)
-constexpr int64_t kQ4PanelBlock = 32 + 32 + 256;
+// group g (k = 4g..4g+3) is one vector of 8 rows x 4 bytes. Q4_0 has two
+// layouts (see KernelQ4): the unsigned one packs faster (batch <= kQMrQ4,
+// where packing is a large share of the work), the signed one has a shorter
+// epilogue (large batches, where packing is amortized).
+//   Q4_0 unsigned: float d[8] | q as u8 (0..15), 8 groups                    (288 bytes)
+//   Q4_0 signed:   float d[8] | int32 128*sum(q-8) [8] | q-8 as s8, 8 groups (320 bytes)
+//   Q8_0:          float d[8] | w as s8, 8 groups | |w| as u8, 8 groups      (544 bytes)
+constexpr int64_t kQ4uPanelBlock = 32 + 256;
+constexpr int64_t kQ4sPanelBlock = 32 + 32 + 256;
 constexpr int64_t kQ8PanelBlock = 32 + 512;
+constexpr int kQMrQ4 = 6;  // activation rows per Q4_0 micro-kernel call
+constexpr int kQMrQ8 = 4;  // Q8_0 (the sign trick needs two weight registers)
 
-inline int64_t PanelBlockBytes(GgmlType t) {
-  return t == GgmlType::kQ4_0 ? kQ4PanelBlock : kQ8PanelBlock;
+enum class Q4Layout { kUnsigned, kSigned };
+
+inline int64_t PanelBlockBytes(GgmlType t, Q4Layout layout) {
+  if (t == GgmlType::kQ8_0) {
+    return kQ8PanelBlock;
+  }
+  return layout == Q4Layout::kSigned ? kQ4sPanelBlock : kQ4uPanelBlock;
+}
+
+// Per-lane (dword) sums of the 4 signed bytes of v, as int32.
+inline __m256i DwordByteSums(__m256i v) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1));
 }
 
 // out[d] = dword d (bytes 4d..4d+3) of the 16 bytes at p[r], rows r = 0..7 as lanes.
@@ -227,14 +245,9 @@ inline void Transpose4x8(const uint8_t* const p[8], __m256i out[4]) {
   out[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
-// Per-lane (dword) sums of the 4 signed bytes of v, as int32.
-inline __m256i DwordByteSums(__m256i v) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1));
-}
-
 // Packs rows [r0, r0+8) (missing rows repeat the last one; their results are
 // never stored) of a Q4_0/Q8_0 matrix, all blocks.
-void PackQuantPanel(const WeightView& w, int64_t r0, uint8_t* out) {
+void PackQuantPanel(const WeightView& w, int64_t r0, Q4Layout layout, uint8_t* out) {
   const int64_t nb = w.cols / kQBlock;
   const uint8_t* rows[kQPanelRows];
   for (int r = 0; r < kQPanelRows; ++r) {
@@ -259,17 +272,27 @@ void PackQuantPanel(const WeightView& w, int64_t r0, uint8_t* out) {
     if (q4) {
       __m256i t[4];
       Transpose4x8(p, t);
-      auto* q = reinterpret_cast<__m256i*>(out + 64);
-      __m256i corr = _mm256_setzero_si256();
-      for (int d = 0; d < 4; ++d) {
-        const __m256i lo = _mm256_sub_epi8(_mm256_and_si256(t[d], m4), eight);
-        const __m256i hi = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(t[d], 4), m4), eight);
-        _mm256_store_si256(q + d, lo);
-        _mm256_store_si256(q + 4 + d, hi);
-        corr = _mm256_add_epi32(corr, _mm256_add_epi32(DwordByteSums(lo), DwordByteSums(hi)));
+      if (layout == Q4Layout::kUnsigned) {
+        auto* q = reinterpret_cast<__m256i*>(out + 32);
+        for (int d = 0; d < 4; ++d) {
+          _mm256_store_si256(q + d, _mm256_and_si256(t[d], m4));
+          _mm256_store_si256(q + 4 + d, _mm256_and_si256(_mm256_srli_epi16(t[d], 4), m4));
+        }
+        out += kQ4uPanelBlock;
+      } else {
+        auto* q = reinterpret_cast<__m256i*>(out + 64);
+        __m256i corr = _mm256_setzero_si256();
+        for (int d = 0; d < 4; ++d) {
+          const __m256i lo = _mm256_sub_epi8(_mm256_and_si256(t[d], m4), eight);
+          const __m256i hi =
+              _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(t[d], 4), m4), eight);
+          _mm256_store_si256(q + d, lo);
+          _mm256_store_si256(q + 4 + d, hi);
+          corr = _mm256_add_epi32(corr, _mm256_add_epi32(DwordByteSums(lo), DwordByteSums(hi)));
+        }
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32), _mm256_slli_epi32(corr, 7));
+        out += kQ4sPanelBlock;
       }
-      _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32), _mm256_slli_epi32(corr, 7));
-      out += kQ4PanelBlock;
     } else {
       __m256i t[8];
       Transpose4x8(p, t);
@@ -289,20 +312,31 @@ void PackQuantPanel(const WeightView& w, int64_t r0, uint8_t* out) {
 // hoists the broadcasts. x points at 4 activation bytes.
 typedef int32_t UnalignedInt32 __attribute__((aligned(1), may_alias));
 
-// Q4_0: s += maddubs(broadcast(x + 128 as u8), w as s8), w from memory.
-inline void MaddubsAcc16(__m256i& s, const __m256i* w, const uint8_t* x) {
+// Q4_0: s += maddubs(w as u8, broadcast(x) as s8) (kUnsigned) or
+// s += maddubs(broadcast(x) as u8, w as s8) (kSigned). w comes in a register:
+// on Zen 3 vpmaddubsw with a memory operand runs at 2/3 the rate.
+template <Q4Layout kLayout>
+inline void MaddubsAcc16(__m256i& s, __m256i w, const uint8_t* x) {
   __m256i t;
-  __asm__(
-      "vpbroadcastd %[x], %[t]\n\t"
-      "vpmaddubsw %[w], %[t], %[t]\n\t"
-      "vpaddw %[t], %[s], %[s]"
-      : [s] "+x"(s), [t] "=&x"(t)
-      : [w] "m"(*w), [x] "m"(*reinterpret_cast<const UnalignedInt32*>(x)));
+  if constexpr (kLayout == Q4Layout::kUnsigned) {
+    __asm__(
+        "vpbroadcastd %[x], %[t]\n\t"
+        "vpmaddubsw %[t], %[w], %[t]\n\t"
+        "vpaddw %[t], %[s], %[s]"
+        : [s] "+x"(s), [t] "=&x"(t)
+        : [w] "x"(w), [x] "m"(*reinterpret_cast<const UnalignedInt32*>(x)));
+  } else {
+    __asm__(
+        "vpbroadcastd %[x], %[t]\n\t"
+        "vpmaddubsw %[w], %[t], %[t]\n\t"
+        "vpaddw %[t], %[s], %[s]"
+        : [s] "+x"(s), [t] "=&x"(t)
+        : [w] "x"(w), [x] "m"(*reinterpret_cast<const UnalignedInt32*>(x)));
+  }
 }
 
 // Q8_0 (ggml's sign trick): s += madd(maddubs(|w|, sign(broadcast(x), w)), 1).
-inline void SignMaddAcc32(__m256i& s, __m256i wabs, __m256i wsgn, __m256i ones,
-                          const uint8_t* x) {
+inline void SignMaddAcc32(__m256i& s, __m256i wabs, __m256i wsgn, __m256i ones, const uint8_t* x) {
   __m256i t;
   __asm__(
       "vpbroadcastd %[x], %[t]\n\t"
@@ -317,23 +351,37 @@ inline void SignMaddAcc32(__m256i& s, __m256i wabs, __m256i wsgn, __m256i ones,
 
 // Named accumulators (not arrays) so GCC keeps them in registers; the unused
 // ones vanish for small MR.
-#define TANDEM_FOR_MR(X)         \
-  X(0)                           \
-  if constexpr (MR > 1) { X(1) } \
-  if constexpr (MR > 2) { X(2) } \
-  if constexpr (MR > 3) { X(3) } \
-  if constexpr (MR > 4) { X(4) } \
-  if constexpr (MR > 5) { X(5) }
+#define TANDEM_FOR_MR(X)  \
+  X(0)                    \
+  if constexpr (MR > 1) { \
+    X(1)                  \
+  }                       \
+  if constexpr (MR > 2) { \
+    X(2)                  \
+  }                       \
+  if constexpr (MR > 3) { \
+    X(3)                  \
+  }                       \
+  if constexpr (MR > 4) { \
+    X(4)                  \
+  }                       \
+  if constexpr (MR > 5) { \
+    X(5)                  \
+  }
 
 // Q4_0 micro-kernel: y[i][0..nvalid) for i < MR (<= 6) from one packed 8-row
-// panel. Activations come as x + 128 (u8, 1..255) and weights as q - 8 (s8,
-// -8..7), so each vpmaddubsw pair is at most 2 * 255 * 8 = 4080 and the 8
-// products of a block add up in int16 without saturation (32640 < 32767);
-// one vpmaddwd per block widens them. sum((x+128) w) - 128 sum(w) = sum(x w),
-// with 128 sum(w) precomputed per row and block at pack time.
-template <int MR>
-void KernelQ4(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
-              int64_t ldy, int nvalid) {
+// panel. In both layouts each vpmaddubsw pair stays far from int16
+// saturation, so the 8 products of a block add up in int16 and one vpmaddwd
+// per block widens them:
+//   kUnsigned: weights q as u8 (0..15), activations x as s8 (|x| <= 127):
+//     pairs <= 2*15*127 = 3810, 8 of them <= 30480; sum((q-8) x) =
+//     sum(q x) - 8 sum(x), with sum(x) per activation block from the quantizer.
+//   kSigned: activations x + 128 as u8 (1..255), weights q - 8 as s8 (-8..7):
+//     pairs <= 2*255*8 = 4080, 8 of them <= 32640; sum((x+128) w) -
+//     128 sum(w) = sum(x w), with 128 sum(w) per row and block from the packer.
+template <int MR, Q4Layout kLayout>
+void KernelQ4(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y, int64_t ldy,
+              int nvalid) {
   static_assert(MR >= 1 && MR <= 6);
   const int64_t nb = xa.nb;
   const __m256i ones = _mm256_set1_epi16(1);
@@ -346,23 +394,26 @@ void KernelQ4(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float
   const uint8_t* x4 = x0 + 4 * cols;
   const uint8_t* x5 = x0 + 5 * cols;
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* pb = panel + b * kQ4PanelBlock;
-    const auto* wq = reinterpret_cast<const __m256i*>(pb + 64);
+    constexpr bool kSigned = kLayout == Q4Layout::kSigned;
+    const uint8_t* pb = panel + b * (kSigned ? kQ4sPanelBlock : kQ4uPanelBlock);
+    const auto* wq = reinterpret_cast<const __m256i*>(pb + (kSigned ? 64 : 32));
     const int64_t xo = b * kQBlock;
     __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0;
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
-#define Q4_STEP(I) MaddubsAcc16(s##I, wq + g, x##I + xo + 4 * g);
+      const __m256i w = _mm256_load_si256(wq + g);
+#define Q4_STEP(I) MaddubsAcc16<kLayout>(s##I, w, x##I + xo + 4 * g);
       TANDEM_FOR_MR(Q4_STEP)
 #undef Q4_STEP
     }
     const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(pb));
-    const __m256i corr = _mm256_load_si256(reinterpret_cast<const __m256i*>(pb + 32));
-#define Q4_EPI(I)                                                                           \
-  {                                                                                         \
-    const __m256i t = _mm256_sub_epi32(_mm256_madd_epi16(s##I, ones), corr);                \
+    const __m256i wcorr = _mm256_load_si256(reinterpret_cast<const __m256i*>(pb + 32));
+#define Q4_EPI(I)                                                                            \
+  {                                                                                          \
+    const __m256i corr = kSigned ? wcorr : _mm256_set1_epi32(8 * xa.sum[I * nb + b]);        \
+    const __m256i t = _mm256_sub_epi32(_mm256_madd_epi16(s##I, ones), corr);                 \
     const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(xa.d[I * nb + b])); \
-    acc##I = _mm256_fmadd_ps(f, dw, acc##I);                                                \
+    acc##I = _mm256_fmadd_ps(f, dw, acc##I);                                                 \
   }
     TANDEM_FOR_MR(Q4_EPI)
 #undef Q4_EPI
@@ -373,8 +424,8 @@ void KernelQ4(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float
 
 // Q8_0 micro-kernel, MR <= 4 (the sign trick needs two weight registers).
 template <int MR>
-void KernelQ8(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
-              int64_t ldy, int nvalid) {
+void KernelQ8(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y, int64_t ldy,
+              int nvalid) {
   static_assert(MR >= 1 && MR <= 4);
   const int64_t nb = xa.nb;
   const __m256i ones = _mm256_set1_epi16(1);
@@ -412,26 +463,34 @@ void KernelQ8(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float
 }
 #undef Q_STORE
 
-// Activation rows per micro-kernel call.
-inline int QuantMr(GgmlType type) { return type == GgmlType::kQ4_0 ? 6 : 4; }
+template <Q4Layout kLayout>
+void Q4Tile(int mr, const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
+            int64_t ldy, int nvalid) {
+  switch (mr) {
+    case 1:
+      return KernelQ4<1, kLayout>(panel, xa, cols, y, ldy, nvalid);
+    case 2:
+      return KernelQ4<2, kLayout>(panel, xa, cols, y, ldy, nvalid);
+    case 3:
+      return KernelQ4<3, kLayout>(panel, xa, cols, y, ldy, nvalid);
+    case 4:
+      return KernelQ4<4, kLayout>(panel, xa, cols, y, ldy, nvalid);
+    case 5:
+      return KernelQ4<5, kLayout>(panel, xa, cols, y, ldy, nvalid);
+    default:
+      return KernelQ4<6, kLayout>(panel, xa, cols, y, ldy, nvalid);
+  }
+}
 
-void QuantKernelTile(GgmlType type, int mr, const uint8_t* panel, const QuantizedActs& xa,
-                     int64_t cols, float* y, int64_t ldy, int nvalid) {
+void QuantKernelTile(GgmlType type, Q4Layout layout, int mr, const uint8_t* panel,
+                     const QuantizedActs& xa, int64_t cols, float* y, int64_t ldy, int nvalid) {
   if (type == GgmlType::kQ4_0) {
-    switch (mr) {
-      case 1:
-        return KernelQ4<1>(panel, xa, cols, y, ldy, nvalid);
-      case 2:
-        return KernelQ4<2>(panel, xa, cols, y, ldy, nvalid);
-      case 3:
-        return KernelQ4<3>(panel, xa, cols, y, ldy, nvalid);
-      case 4:
-        return KernelQ4<4>(panel, xa, cols, y, ldy, nvalid);
-      case 5:
-        return KernelQ4<5>(panel, xa, cols, y, ldy, nvalid);
-      default:
-        return KernelQ4<6>(panel, xa, cols, y, ldy, nvalid);
+    if (layout == Q4Layout::kSigned) {
+      Q4Tile<Q4Layout::kSigned>(mr, panel, xa, cols, y, ldy, nvalid);
+    } else {
+      Q4Tile<Q4Layout::kUnsigned>(mr, panel, xa, cols, y, ldy, nvalid);
     }
+    return;
   }
   switch (mr) {
     case 1:
@@ -449,11 +508,95 @@ void QuantKernelTile(GgmlType type, int mr, const uint8_t* panel, const Quantize
 // over them (L2-resident on current x86 cores).
 constexpr int64_t kPanelBudgetBytes = 192 * 1024;
 
+// Batch 1-2 Q4_0: transposes each block of 8 rows into registers and uses
+// it at once, with no panel buffer (at this batch the stores and reloads of a
+// packed panel cost more than the dot products). Same arithmetic as
+// KernelQ4<MR, kUnsigned>.
+template <int MR>
+void FusedQ4Rows8(const WeightView& w, int64_t r0, const QuantizedActs& xa, float* y, int64_t ldy) {
+  static_assert(MR >= 1 && MR <= 2);
+  const int64_t nb = xa.nb;
+  const uint8_t* rows[kQPanelRows];
+  for (int r = 0; r < kQPanelRows; ++r) {
+    rows[r] = w.data + std::min(r0 + r, w.rows - 1) * w.row_bytes;
+  }
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2, acc3, acc4, acc5;
+  const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
+  const uint8_t* x1 = x0 + w.cols;
+  const uint8_t *x2 = nullptr, *x3 = nullptr, *x4 = nullptr, *x5 = nullptr;
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t off = b * static_cast<int64_t>(sizeof(BlockQ4_0));
+    const uint8_t* p[kQPanelRows];
+    for (int r = 0; r < kQPanelRows; ++r) {
+      p[r] = rows[r] + off + 2;
+    }
+    // The 8 fp16 scales, gathered in general-purpose registers (integer
+    // ports) and moved over in two 64-bit halves.
+    auto h = [&](int r) { return static_cast<uint64_t>(LoadU16(rows[r] + off)); };
+    const uint64_t lo = h(0) | h(1) << 16 | h(2) << 32 | h(3) << 48;
+    const uint64_t hi = h(4) | h(5) << 16 | h(6) << 32 | h(7) << 48;
+    const __m256 dw =
+        _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
+    __m256i t[4];
+    Transpose4x8(p, t);
+    const int64_t xo = b * kQBlock;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2, s3, s4, s5;
+    for (int d = 0; d < 4; ++d) {
+      const __m256i wl = _mm256_and_si256(t[d], m4);
+      const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(t[d], 4), m4);
+#define FUSED_STEP(I)                                             \
+  MaddubsAcc16<Q4Layout::kUnsigned>(s##I, wl, x##I + xo + 4 * d); \
+  MaddubsAcc16<Q4Layout::kUnsigned>(s##I, wh, x##I + xo + 16 + 4 * d);
+      TANDEM_FOR_MR(FUSED_STEP)
+#undef FUSED_STEP
+    }
+#define FUSED_EPI(I)                                                                          \
+  {                                                                                           \
+    const __m256i tt = _mm256_sub_epi32(_mm256_madd_epi16(s##I, ones),                        \
+                                        _mm256_set1_epi32(8 * xa.sum[I * nb + b]));           \
+    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(tt), _mm256_set1_ps(xa.d[I * nb + b])); \
+    acc##I = _mm256_fmadd_ps(f, dw, acc##I);                                                  \
+  }
+    TANDEM_FOR_MR(FUSED_EPI)
+#undef FUSED_EPI
+  }
+  const int nvalid = static_cast<int>(std::min<int64_t>(kQPanelRows, w.rows - r0));
+#define FUSED_STORE(I) StorePartial(y + I * ldy + r0, acc##I, nvalid);
+  TANDEM_FOR_MR(FUSED_STORE)
+#undef FUSED_STORE
+}
+
+void MatMulQ4SmallBatch(const WeightView& w, const QuantizedActs& xa, int64_t m, float* y,
+                        ThreadPool& pool) {
+  const int64_t n_panels = (w.rows + kQPanelRows - 1) / kQPanelRows;
+  pool.ParallelFor(n_panels, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      if (m == 1) {
+        FusedQ4Rows8<1>(w, p * kQPanelRows, xa, y, w.rows);
+      } else {
+        FusedQ4Rows8<2>(w, p * kQPanelRows, xa, y, w.rows);
+      }
+    }
+  });
+}
+
+// Q4_0 layout for a batch of m (see KernelQ4).
+inline Q4Layout Q4LayoutFor(int64_t m) {
+  return m <= kQMrQ4 ? Q4Layout::kUnsigned : Q4Layout::kSigned;
+}
+
 void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, float* y,
                      ThreadPool& pool) {
+  if (w.type == GgmlType::kQ4_0 && m <= 2) {
+    MatMulQ4SmallBatch(w, xa, m, y, pool);
+    return;
+  }
+  const Q4Layout layout = Q4LayoutFor(m);
   const int64_t n_panels = (w.rows + kQPanelRows - 1) / kQPanelRows;
-  const int64_t panel_bytes = xa.nb * PanelBlockBytes(w.type);
-  const int mr_max = QuantMr(w.type);
+  const int64_t panel_bytes = xa.nb * PanelBlockBytes(w.type, layout);
+  const int mr_max = w.type == GgmlType::kQ4_0 ? kQMrQ4 : kQMrQ8;
   // Small m: pack a panel and consume it at once (L1-hot). Large m: pack a
   // group and sweep every activation tile over it, so activations are read
   // from L1/L2 once per group rather than once per panel.
@@ -461,8 +604,8 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
       m <= mr_max ? 1 : std::clamp<int64_t>(kPanelBudgetBytes / panel_bytes, 1, 8);
   // Enough tasks to balance the threads, each a whole number of groups.
   const int64_t target_tasks = int64_t{pool.num_threads()} * 8;
-  const int64_t per_task = std::max<int64_t>(
-      group, (n_panels + target_tasks - 1) / target_tasks / group * group);
+  const int64_t per_task =
+      std::max<int64_t>(group, (n_panels + target_tasks - 1) / target_tasks / group * group);
   const int64_t n_tasks = (n_panels + per_task - 1) / per_task;
   pool.Run(n_tasks, [&](int64_t task, int /*thread*/) {
     static thread_local ScratchBuffer scratch;
@@ -471,15 +614,16 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
     for (int64_t p0 = task * per_task; p0 < p_end; p0 += group) {
       const int64_t np = std::min(group, p_end - p0);
       for (int64_t p = 0; p < np; ++p) {
-        PackQuantPanel(w, (p0 + p) * kQPanelRows, buffer + p * panel_bytes);
+        PackQuantPanel(w, (p0 + p) * kQPanelRows, layout, buffer + p * panel_bytes);
       }
-      for (int64_t i0 = 0; i0 < m; i0 += mr_max) {
-        const int mr = static_cast<int>(std::min<int64_t>(mr_max, m - i0));
+      const int64_t n_tiles = (m + mr_max - 1) / mr_max;
+      for (int64_t tile = 0, i0 = 0; tile < n_tiles; i0 += BalancedTile(m, n_tiles, tile++)) {
+        const int mr = BalancedTile(m, n_tiles, tile);
         const QuantizedActs xi = RowsFrom(xa, i0, w.cols);
         for (int64_t p = 0; p < np; ++p) {
           const int64_t r0 = (p0 + p) * kQPanelRows;
           const int nvalid = static_cast<int>(std::min<int64_t>(kQPanelRows, w.rows - r0));
-          QuantKernelTile(w.type, mr, buffer + p * panel_bytes, xi, w.cols,
+          QuantKernelTile(w.type, layout, mr, buffer + p * panel_bytes, xi, w.cols,
                           y + i0 * w.rows + r0, w.rows, nvalid);
         }
       }
@@ -494,44 +638,66 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
 constexpr int kGemvRows = 4;
 constexpr int kGemvMaxM = 3;  // m above this uses the packed GEMM
 
+// y[i][r0..r0+4) for i < MI (<= 3): 4 weight rows x MI activation rows of
+// dot products, k in lanes, reduced horizontally at the end. Weights are read
+// in their stored type (half the bytes for F16/BF16) and converted in
+// registers. Named accumulators keep GCC from spilling.
 template <GgmlType T, int MI>
 void GemvRows(const WeightView& w, int64_t r0, const float* x, float* y) {
+  static_assert(MI >= 1 && MI <= 3);
   const int64_t cols = w.cols;
-  const uint8_t* rows[kGemvRows];
-  for (int r = 0; r < kGemvRows; ++r) {
-    rows[r] = w.data + std::min(r0 + r, w.rows - 1) * w.row_bytes;
-  }
-  __m256 acc[kGemvRows][MI];
-  for (int r = 0; r < kGemvRows; ++r) {
-    for (int i = 0; i < MI; ++i) {
-      acc[r][i] = _mm256_setzero_ps();
-    }
-  }
+  const uint8_t* w0 = w.data + std::min(r0 + 0, w.rows - 1) * w.row_bytes;
+  const uint8_t* w1 = w.data + std::min(r0 + 1, w.rows - 1) * w.row_bytes;
+  const uint8_t* w2 = w.data + std::min(r0 + 2, w.rows - 1) * w.row_bytes;
+  const uint8_t* w3 = w.data + std::min(r0 + 3, w.rows - 1) * w.row_bytes;
+  const float* x0 = x;
+  const float* x1 = x + cols;
+  const float* x2 = x + 2 * cols;
+  const __m256 z = _mm256_setzero_ps();
+  __m256 a00 = z, a01 = z, a02 = z, a10 = z, a11 = z, a12 = z;
+  __m256 a20 = z, a21 = z, a22 = z, a30 = z, a31 = z, a32 = z;
   const int64_t c8 = cols & ~int64_t{7};
   for (int64_t c = 0; c < c8; c += 8) {
-    __m256 xv[MI];
-    for (int i = 0; i < MI; ++i) {
-      xv[i] = _mm256_loadu_ps(x + i * cols + c);
+    const __m256 v0 = Load8<T>(w0, c);
+    const __m256 v1 = Load8<T>(w1, c);
+    const __m256 v2 = Load8<T>(w2, c);
+    const __m256 v3 = Load8<T>(w3, c);
+#define GEMV_STEP(I)                             \
+  {                                              \
+    const __m256 xv = _mm256_loadu_ps(x##I + c); \
+    a0##I = _mm256_fmadd_ps(v0, xv, a0##I);      \
+    a1##I = _mm256_fmadd_ps(v1, xv, a1##I);      \
+    a2##I = _mm256_fmadd_ps(v2, xv, a2##I);      \
+    a3##I = _mm256_fmadd_ps(v3, xv, a3##I);      \
+  }
+    GEMV_STEP(0)
+    if constexpr (MI > 1) {
+      GEMV_STEP(1)
     }
-    for (int r = 0; r < kGemvRows; ++r) {
-      const __m256 wv = Load8<T>(rows[r], c);
-      for (int i = 0; i < MI; ++i) {
-        acc[r][i] = _mm256_fmadd_ps(wv, xv[i], acc[r][i]);
-      }
+    if constexpr (MI > 2) {
+      GEMV_STEP(2)
     }
+#undef GEMV_STEP
   }
   const int nvalid = static_cast<int>(std::min<int64_t>(kGemvRows, w.rows - r0));
-  for (int i = 0; i < MI; ++i) {
-    const __m128 s = Hsum4(acc[0][i], acc[1][i], acc[2][i], acc[3][i]);
+  const uint8_t* wr[kGemvRows] = {w0, w1, w2, w3};
+  auto finish = [&](int i, __m256 s0, __m256 s1, __m256 s2, __m256 s3) {
     alignas(16) float out[4];
-    _mm_store_ps(out, s);
+    _mm_store_ps(out, Hsum4(s0, s1, s2, s3));
     for (int r = 0; r < nvalid; ++r) {
       float v = out[r];
       for (int64_t c = c8; c < cols; ++c) {
-        v += Load1<T>(rows[r], c) * x[i * cols + c];
+        v += Load1<T>(wr[r], c) * x[i * cols + c];
       }
       y[i * w.rows + r0 + r] = v;
     }
+  };
+  finish(0, a00, a10, a20, a30);
+  if constexpr (MI > 1) {
+    finish(1, a01, a11, a21, a31);
+  }
+  if constexpr (MI > 2) {
+    finish(2, a02, a12, a22, a32);
   }
 }
 
@@ -541,16 +707,21 @@ void GemvFloat(const WeightView& w, const float* x, int64_t m, float* y, ThreadP
   pool.ParallelFor(groups, 4, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
       const int64_t r0 = g * kGemvRows;
-      switch (m) {
-        case 1:
-          GemvRows<T, 1>(w, r0, x, y);
-          break;
-        case 2:
-          GemvRows<T, 2>(w, r0, x, y);
-          break;
-        default:
-          GemvRows<T, 3>(w, r0, x, y);
-          break;
+      // The 4 rows stay in L1 while every activation tile passes over them.
+      for (int64_t i0 = 0; i0 < m; i0 += 3) {
+        const float* xi = x + i0 * w.cols;
+        float* yi = y + i0 * w.rows;
+        switch (std::min<int64_t>(3, m - i0)) {
+          case 1:
+            GemvRows<T, 1>(w, r0, xi, yi);
+            break;
+          case 2:
+            GemvRows<T, 2>(w, r0, xi, yi);
+            break;
+          default:
+            GemvRows<T, 3>(w, r0, xi, yi);
+            break;
+        }
       }
     }
   });
@@ -652,11 +823,11 @@ void KernelF32x16(const float* panel, int64_t kc, const float* x, int64_t ldx, f
   for (int64_t k = 0; k < kc; ++k) {
     const __m256 w0 = _mm256_load_ps(panel + k * kFPanelRows);
     const __m256 w1 = _mm256_load_ps(panel + k * kFPanelRows + 8);
-#define F_STEP(I)                                 \
-  {                                               \
+#define F_STEP(I)                                    \
+  {                                                  \
     const __m256 xb = _mm256_broadcast_ss(x##I + k); \
-    a##I = _mm256_fmadd_ps(w0, xb, a##I);         \
-    b##I = _mm256_fmadd_ps(w1, xb, b##I);         \
+    a##I = _mm256_fmadd_ps(w0, xb, a##I);            \
+    b##I = _mm256_fmadd_ps(w1, xb, b##I);            \
   }
     TANDEM_FOR_MR(F_STEP)
 #undef F_STEP
@@ -706,8 +877,9 @@ void GemmFloat(const WeightView& w, const float* x, int64_t m, float* y, ThreadP
       for (int64_t p = 0; p < np; ++p) {
         PackFloatPanel16Avx2(w, (p0 + p) * kFPanelRows, k0, kc, buffer + p * panel_floats);
       }
-      for (int64_t i0 = 0; i0 < m; i0 += kFMr) {
-        const int mr = static_cast<int>(std::min<int64_t>(kFMr, m - i0));
+      const int64_t n_tiles = (m + kFMr - 1) / kFMr;
+      for (int64_t tile = 0, i0 = 0; tile < n_tiles; i0 += BalancedTile(m, n_tiles, tile++)) {
+        const int mr = BalancedTile(m, n_tiles, tile);
         for (int64_t p = 0; p < np; ++p) {
           const int64_t r0 = (p0 + p) * kFPanelRows;
           const int nvalid = static_cast<int>(std::min<int64_t>(kFPanelRows, w.rows - r0));
@@ -750,8 +922,8 @@ void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, Thread
     case GgmlType::kQ4_0: {
       static thread_local ScratchBuffer scratch;
       const QuantizedActs xa = AllocQuantizedActs(scratch, m, w.cols);
-      // Q4_0 kernels take activations offset to u8 (see KernelQ4).
-      const bool offset = w.type == GgmlType::kQ4_0;
+      // The signed Q4_0 layout takes activations as x + 128 (u8).
+      const bool offset = w.type == GgmlType::kQ4_0 && Q4LayoutFor(m) == Q4Layout::kSigned;
       if (m * w.cols >= (int64_t{1} << 16)) {
         pool.ParallelFor(m, 1, [&](int64_t begin, int64_t end) {
           QuantizeActsAvx2(x + begin * w.cols, end - begin, w.cols, offset,
@@ -835,8 +1007,8 @@ namespace {
 template <GgmlType T>
 inline __m256 LoadKv8(const void* base, int64_t idx) {
   if constexpr (T == GgmlType::kF16) {
-    return _mm256_cvtph_ps(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + idx)));
+    return _mm256_cvtph_ps(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + idx)));
   } else {
     return _mm256_loadu_ps(static_cast<const float*>(base) + idx);
   }
@@ -899,7 +1071,10 @@ void AttendBlock(const float* q, int group, const void* k, const void* v, int n,
       block_max = std::max(block_max, p[j]);
     }
     const float new_max = std::max(m[g], block_max);
-    const float correction = std::exp(m[g] - new_max);
+    // The running max rarely changes after the first blocks: then the
+    // rescale is exactly 1 and costs no exp.
+    const float correction =
+        new_max == m[g] ? 1.0f : _mm256_cvtss_f32(Exp256(_mm256_set1_ps(m[g] - new_max)));
     const __m256 vmax = _mm256_set1_ps(new_max);
     __m256 vsum = _mm256_setzero_ps();
     for (j = 0; j + 8 <= n; j += 8) {
@@ -955,8 +1130,8 @@ void AttendBlock(const float* q, int group, const void* k, const void* v, int n,
 
 }  // namespace
 
-void AttendBlockAvx2(const float* q, int group, const void* k, const void* v, GgmlType dtype,
-                     int n, int head_dim, float* m, float* l, float* acc) {
+void AttendBlockAvx2(const float* q, int group, const void* k, const void* v, GgmlType dtype, int n,
+                     int head_dim, float* m, float* l, float* acc) {
   if (dtype == GgmlType::kF16) {
     AttendBlock<GgmlType::kF16>(q, group, k, v, n, head_dim, m, l, acc);
   } else {

@@ -45,6 +45,14 @@ inline int64_t RowBytes(GgmlType type, int64_t cols) {
   return 0;
 }
 
+// Activation-row tiling for the GEMM micro-kernels: m rows split into
+// n_tiles = ceil(m / max_tile) tiles of near-equal size (32 by 6 gives
+// 6,6,5,5,5,5 rather than 6,6,6,6,6,2), so no tile is a small, inefficient
+// remainder. Returns the size of tile t.
+inline int BalancedTile(int64_t m, int64_t n_tiles, int64_t t) {
+  return static_cast<int>(m / n_tiles + (t < m % n_tiles ? 1 : 0));
+}
+
 // --- Scalar fp16 / bf16 conversions (round to nearest even, bit exact) -----
 // After Maratyszcza's FP16 library (as used by ggml): branch-free and exact
 // for normals, subnormals, infinities and NaN.
@@ -139,8 +147,7 @@ QuantizedActs AllocQuantizedActs(ScratchBuffer& buffer, int64_t m, int64_t cols)
 // that KV head in `dtype`; only the first `n` keys count. Updates the running
 // max m[g], sum l[g] and unnormalized output acc[g][head_dim].
 using AttendBlockFn = void (*)(const float* q, int group, const void* k, const void* v,
-                               GgmlType dtype, int n, int head_dim, float* m, float* l,
-                               float* acc);
+                               GgmlType dtype, int n, int head_dim, float* m, float* l, float* acc);
 
 // --- Scalar reference (kernels_scalar.cc) -------------------------------------
 void QuantizeActsScalar(const float* x, int64_t m, int64_t cols, const QuantizedActs& out);
@@ -162,8 +169,8 @@ void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, Thread
 void RmsNormAvx2(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
                  float* out);
 void SwiGluAvx2(const float* gate, const float* up, int64_t n, float* out);
-void AttendBlockAvx2(const float* q, int group, const void* k, const void* v, GgmlType dtype,
-                     int n, int head_dim, float* m, float* l, float* acc);
+void AttendBlockAvx2(const float* q, int group, const void* k, const void* v, GgmlType dtype, int n,
+                     int head_dim, float* m, float* l, float* acc);
 // Packs rows [r0, r0 + 16) (clamped to w.rows; missing rows repeat the last)
 // and columns [k0, k0 + kc) of a float-type matrix (F32/F16/BF16) as fp32,
 // k-major: out[k][16]. Used by the AVX2 and AVX-512 float GEMMs.

@@ -180,8 +180,7 @@ void CheckMatMul(const MatMulCase& c, uint32_t seed) {
     ASSERT_EQ(y, y1);
     for (int64_t j = 0; j < c.m * c.rows; ++j) {
       ASSERT_LE(std::fabs(y[j] - ref.y[j]), bound_exact(j))
-          << "i=" << j / c.rows << " r=" << j % c.rows << " got " << y[j] << " want "
-          << ref.y[j];
+          << "i=" << j / c.rows << " r=" << j % c.rows << " got " << y[j] << " want " << ref.y[j];
     }
     if (isa == Isa::kScalar) {
       y_scalar = y;
@@ -196,8 +195,8 @@ void CheckMatMul(const MatMulCase& c, uint32_t seed) {
 
 TEST(MatMulTest, AllTypesOddShapes) {
   uint32_t seed = 1000;
-  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
-                        GgmlType::kQ4_0}) {
+  for (GgmlType type :
+       {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
     const bool quantized = type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0;
     const std::vector<int64_t> col_set =
         quantized ? std::vector<int64_t>{32, 96, 288} : std::vector<int64_t>{8, 37, 96, 300};
@@ -214,8 +213,8 @@ TEST(MatMulTest, AllTypesOddShapes) {
 TEST(MatMulTest, LargerShapesCrossPanelAndChunkBoundaries) {
   // cols spans several float K-chunks (256) and quantized panel groups.
   uint32_t seed = 5000;
-  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
-                        GgmlType::kQ4_0}) {
+  for (GgmlType type :
+       {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
     CheckMatMul({type, 203, 1056, 1}, ++seed);
     CheckMatMul({type, 203, 1056, 19}, ++seed);
     CheckMatMul({type, 517, 640, 64}, ++seed);
@@ -257,8 +256,8 @@ TEST(WeightMatrixTest, CreateValidates) {
 }
 
 TEST(WeightMatrixTest, DequantizeRowMatchesGgml) {
-  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
-                        GgmlType::kQ4_0}) {
+  for (GgmlType type :
+       {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
     const std::vector<uint8_t> data = MakeWeights(type, 5, 96, 11);
     ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(type, data.data(), 5, 96));
     std::vector<float> got(96), want(96);
@@ -420,8 +419,8 @@ struct AttentionCase {
 
 void CheckPagedAttention(const AttentionCase& c, uint32_t seed) {
   SCOPED_TRACE(absl::StrCat("dtype=", GgmlTypeName(c.dtype), " kv_heads=", c.n_kv_heads,
-                            " ratio=", c.ratio, " head_dim=", c.head_dim, " block=",
-                            c.block_size, " seed=", seed));
+                            " ratio=", c.ratio, " head_dim=", c.head_dim, " block=", c.block_size,
+                            " seed=", seed));
   IsaGuard guard;
   std::mt19937 rng(seed);
   const int n_heads = c.n_kv_heads * c.ratio;
@@ -537,8 +536,8 @@ void CheckPagedAttention(const AttentionCase& c, uint32_t seed) {
       // off by ~2e-5 relative: 1e-4 absolute leaves margin without hiding a
       // wrong key (which shifts outputs by ~0.1).
       ASSERT_NEAR(out[j], want[j], 1e-4)
-          << "token " << j / (n_heads * hd) << " pos " << positions[j / (n_heads * hd)]
-          << " head " << (j / hd) % n_heads << " dim " << j % hd;
+          << "token " << j / (n_heads * hd) << " pos " << positions[j / (n_heads * hd)] << " head "
+          << (j / hd) % n_heads << " dim " << j % hd;
     }
   }
 }

@@ -1,5 +1,6 @@
 #include "common/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -59,6 +60,31 @@ TEST(ThreadPoolTest, EveryTaskRunsExactlyOnce) {
         ASSERT_LT(who[t], threads);
       }
     }
+  }
+}
+
+TEST(ThreadPoolTest, HugeJobsRunInPieces) {
+  // More tasks than one claim word can count (2^20 - 1) still run once each.
+  ThreadPool pool(2);
+  const int64_t n = (int64_t{1} << 20) + 5;
+  std::vector<uint8_t> hits(n, 0);
+  pool.Run(n, [&](int64_t task, int) { ++hits[task]; });
+  EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), n);
+}
+
+TEST(ThreadPoolTest, SlowTasksOnOneThreadDoNotLoseWork) {
+  // A task that blocks for a while (as a descheduled worker would) delays
+  // only itself: the other threads take the rest, and Run() waits for it.
+  ThreadPool pool(3);
+  for (int job = 0; job < 5; ++job) {
+    std::vector<int> hits(40, 0);
+    pool.Run(40, [&](int64_t task, int) {
+      if (task == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      ++hits[task];
+    });
+    EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), 40) << "job " << job;
   }
 }
 

@@ -155,11 +155,15 @@ void WeightMatrix::DequantizeRowTo(int64_t r, float* out) const {
   internal::DequantizeRowScalar(ViewOf(type_, data_, rows_, cols_), r, out);
 }
 
-void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& caller_pool) {
   if (m <= 0 || w.rows_ == 0) {
     return;
   }
   const WeightView v = ViewOf(w.type_, w.data_, w.rows_, w.cols_);
+  // Below ~256k multiply-adds a job costs more to hand out than it saves
+  // (a tiny model's whole decode step is a few of these): run it here.
+  static thread_local ThreadPool serial(1);
+  ThreadPool& pool = m * w.rows_ * w.cols_ < (int64_t{1} << 18) ? serial : caller_pool;
   switch (ActiveIsa()) {
     case Isa::kAvx512Vnni:
       internal::MatMulAvx512(v, x, m, y, pool, /*vnni=*/true);

@@ -252,11 +252,13 @@ void BM_Prefill(benchmark::State& state) {
 BENCHMARK(BM_Decode)
     ->ArgNames({"type", "batch", "threads"})
     ->ArgsProduct({{0, 1, 2}, {1, 8, 32}, {1, 2}})
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);
 BENCHMARK(BM_Prefill)
     ->ArgNames({"type", "threads"})
     ->ArgsProduct({{0, 1, 2}, {1, 2}})
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);
 

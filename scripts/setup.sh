@@ -16,16 +16,29 @@ APT_PACKAGES=(
   libhnswlib-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev
 )
 
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python packages for the tests that use real clients (the OpenAI client
+# library), installed into the python3 first on PATH — the one the tests run.
+if ! python3 -c "import openai" 2>/dev/null; then
+  echo "setup: pip installing openai into $(command -v python3)"
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    $SUDO apt-get install -y -qq python3-pip
+  fi
+  # Debian's own python3 is "externally managed" (PEP 668); a pyenv one is not.
+  python3 -m pip install --quiet "openai>=1.0" ||
+    python3 -m pip install --quiet --break-system-packages "openai>=1.0"
 fi
 
 [ "${1:-}" = "--deps" ] && exit 0

@@ -1,0 +1,151 @@
+#include "decode_worker/decode_worker.h"
+
+#include <grpcpp/health_check_service_interface.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "decode_worker/internal/proto_convert.h"
+
+namespace tandem::decode_worker {
+namespace {
+
+tandem::v1::WorkerLoad LoadToProto(const LoadInfo& l) {
+  tandem::v1::WorkerLoad p;
+  p.set_running_requests(l.running);
+  p.set_waiting_requests(l.waiting + l.reserved);
+  p.set_queued_prefill_tokens(l.queued_prefill_tokens);
+  p.set_free_kv_blocks(l.free_blocks);
+  p.set_total_kv_blocks(l.total_blocks);
+  p.set_cached_kv_blocks(l.cached_blocks);
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(const WorkerConfig& config) {
+  RETURN_IF_ERROR(config.Validate());
+  if (config.role != WorkerRole::kDecode && config.role != WorkerRole::kColocated) {
+    return absl::InvalidArgumentError(absl::StrCat("tandem-decode: role must be decode or "
+                                                   "colocated, got ",
+                                                   WorkerRoleName(config.role)));
+  }
+  std::unique_ptr<DecodeWorker> w(new DecodeWorker());
+  w->config_ = config;
+  ASSIGN_OR_RETURN(w->model_, Model::Load(config.model));
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                   Engine::Create(*w->model_, config.ToEngineConfig()));
+
+  kvtransfer::RegionDescriptor region;
+  std::string transport_name = "none";
+  if (config.role == WorkerRole::kDecode) {
+    kvtransfer::TransportConfig tc;
+    tc.kind = config.transport;
+    tc.mode = config.transport_mode;
+    tc.ucx_tls = config.ucx_tls;
+    tc.ucx_net_devices = config.ucx_net_devices;
+    ASSIGN_OR_RETURN(w->transport_, kvtransfer::MakeTransport(tc));
+    ASSIGN_OR_RETURN(region, w->transport_->RegisterRegion(
+                                 engine->kv_pool_base(),
+                                 static_cast<uint64_t>(engine->kv_pool_bytes())));
+    transport_name = w->transport_->capabilities().name;
+  }
+  w->decode_metrics_ = std::make_unique<DecodeMetrics>(w->registry_, transport_name);
+
+  DecodeEngineOptions opts;
+  opts.scheduler.token_budget = config.token_budget;
+  opts.scheduler.max_running = config.max_running;
+  opts.scheduler.chunk_size = config.chunk_size;
+  opts.scheduler.block_size = config.block_size;
+  opts.reservation_deadline = config.reservation_deadline;
+  opts.max_waiting = config.max_queued;
+  w->engine_ = std::make_unique<DecodeEngine>(std::move(engine), w->transport_.get(), region,
+                                              opts, w->decode_metrics_.get(), RealClock::Get());
+  w->service_ = std::make_unique<DecodeService>(w->engine_.get());
+
+  const ModelConfig& mc = w->model_->config();
+  tandem::v1::WorkerSnapshot snapshot;
+  snapshot.set_role(config.role == WorkerRole::kDecode ? tandem::v1::WORKER_ROLE_DECODE
+                                                       : tandem::v1::WORKER_ROLE_COLOCATED);
+  tandem::v1::ModelInfo* mi = snapshot.mutable_model();
+  mi->set_id(mc.name);
+  mi->set_architecture(mc.arch_name);
+  mi->set_context_length(mc.context_length);
+  mi->set_vocab_size(mc.vocab_size);
+  internal::ToProto(w->engine_->layout(), snapshot.mutable_layout());
+  *snapshot.mutable_load() = LoadToProto(w->engine_->load());
+  w->control_ = std::make_unique<WorkerControlService>(std::move(snapshot),
+                                                       config.heartbeat_interval);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &w->grpc_port_);
+  builder.RegisterService(w->service_.get());
+  builder.RegisterService(w->control_.get());
+  w->server_ = builder.BuildAndStart();
+  if (w->server_ == nullptr || w->grpc_port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", config.listen));
+  }
+  w->address_ = config.AdvertiseAddress(w->grpc_port_);
+  w->worker_id_ = config.WorkerId(w->grpc_port_);
+  w->service_->set_advertise_address(w->address_);
+  w->control_->set_worker_id(w->worker_id_);
+  w->engine_->set_worker_id(w->worker_id_);
+  w->server_->GetHealthCheckService()->SetServingStatus(true);
+
+  if (config.metrics_port >= 0) {
+    ASSIGN_OR_RETURN(w->metrics_,
+                     MetricsHttpServer::Start(w->registry_, config.metrics_host,
+                                              config.metrics_port));
+  }
+  WorkerControlService* control = w->control_.get();
+  w->engine_->Start([control](const LoadInfo& l) { control->PublishLoad(LoadToProto(l)); });
+  LOG(INFO) << "tandem-decode " << w->worker_id_ << " role=" << WorkerRoleName(config.role)
+            << " serving on " << w->address_ << " (port " << w->grpc_port_ << "), metrics port "
+            << w->metrics_port() << ", model " << mc.name << ", "
+            << w->engine_->engine().num_blocks() << " KV blocks, transport " << transport_name;
+  return w;
+}
+
+DecodeWorker::~DecodeWorker() { Shutdown(); }
+
+bool DecodeWorker::Drain(absl::Duration grace) {
+  LOG(INFO) << "draining: " << engine_->num_live_requests() << " requests in flight, grace "
+            << grace;
+  service_->set_draining(true);
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  const absl::Time deadline = absl::Now() + grace;
+  while (engine_->num_live_requests() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  const bool clean = engine_->num_live_requests() == 0;
+  if (!clean) {
+    LOG(WARNING) << "drain grace over with " << engine_->num_live_requests()
+                 << " requests in flight; failing them";
+  }
+  Shutdown();
+  return clean;
+}
+
+void DecodeWorker::Shutdown() {
+  if (shut_down_) {
+    return;
+  }
+  shut_down_ = true;
+  if (service_ != nullptr) service_->set_draining(true);
+  // Fail what is left first so every stream is closed before the server waits for them.
+  if (engine_ != nullptr) engine_->Stop();
+  if (control_ != nullptr) control_->Shutdown();
+  // Every call has been finished above; what the deadline still waits for is
+  // idle client connections, which need not hold the exit.
+  if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now() +
+                                            std::chrono::milliseconds(250));
+  if (metrics_ != nullptr) metrics_->Stop();
+  // The transport's region is the engine's KV pool: unregister before it goes.
+  if (transport_ != nullptr) transport_->Shutdown();
+}
+
+}  // namespace tandem::decode_worker

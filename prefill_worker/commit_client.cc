@@ -1,0 +1,76 @@
+#include "prefill_worker/commit_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <utility>
+
+#include "absl/time/time.h"
+#include "common/grpc_status.h"
+
+namespace tandem::prefill_worker {
+
+tandem::v1::Decode::Stub* CommitClient::StubFor(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto& stub = stubs_[address];
+  if (stub == nullptr) {
+    stub = tandem::v1::Decode::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
+  return stub.get();
+}
+
+struct CommitClient::Call {
+  grpc::ClientContext context;
+  tandem::v1::CommitRequest request;
+  tandem::v1::CommitResponse response;
+  absl::AnyInvocable<void(absl::Status) &&> done;
+};
+
+CommitClient::~CommitClient() { Shutdown(); }
+
+void CommitClient::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shut_down_ = true;
+  for (Call* c : in_flight_) {
+    c->context.TryCancel();
+  }
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_.empty(); };
+  mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(5));
+}
+
+void CommitClient::Commit(CommitArgs args, absl::AnyInvocable<void(absl::Status) &&> done) {
+  auto* call = new Call();
+  if (args.deadline != absl::InfiniteFuture()) {
+    call->context.set_deadline(absl::ToChronoTime(args.deadline));
+  }
+  call->request.set_request_id(args.request_id);
+  call->request.set_first_token(args.first.token);
+  call->request.set_first_logprob(args.first.logprob);
+  for (const TokenLogprob& t : args.first.top_logprobs) {
+    tandem::v1::TokenLogprob* p = call->request.add_first_top_logprobs();
+    p->set_token(t.token);
+    p->set_logprob(t.logprob);
+  }
+  call->request.set_num_tokens(args.num_tokens);
+  call->request.set_bytes_written(args.bytes_written);
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) {
+      delete call;
+      std::move(done)(absl::UnavailableError("prefill worker shutting down"));
+      return;
+    }
+    in_flight_.insert(call);
+  }
+  call->done = std::move(done);
+  StubFor(args.decode_worker)
+      ->async()
+      ->Commit(&call->context, &call->request, &call->response, [this, call](grpc::Status s) {
+        std::move(call->done)(FromGrpcStatus(s));
+        absl::MutexLock lock(&mu_);
+        in_flight_.erase(call);
+        delete call;
+      });
+}
+
+}  // namespace tandem::prefill_worker

@@ -1,0 +1,40 @@
+#pragma once
+// CommitClient: the gRPC Committer: sends Decode.Commit to the decode worker
+// named in the reservation over a cached channel per address, with the
+// reservation's deadline. Thread-safe; `done` runs on a gRPC callback thread.
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "prefill_worker/prefill_engine.h"
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem::prefill_worker {
+
+class CommitClient final : public Committer {
+ public:
+  ~CommitClient() override;  // Shutdown()
+
+  // After Shutdown, commits fail with UNAVAILABLE at once.
+  void Commit(CommitArgs args, absl::AnyInvocable<void(absl::Status) &&> done) override;
+
+  // Cancels the calls in flight and waits (up to 5 s) until their `done`
+  // callbacks have returned. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Call;
+  tandem::v1::Decode::Stub* StubFor(const std::string& address);
+
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<Call*> in_flight_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<tandem::v1::Decode::Stub>> stubs_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tandem::prefill_worker

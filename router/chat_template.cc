@@ -1,0 +1,294 @@
+#include "router/chat_template.h"
+
+#include <cctype>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "router/api_error.h"
+
+namespace tandem::router {
+namespace {
+
+struct NamedFamily {
+  const char* name;
+  ChatTemplateFamily family;
+};
+
+constexpr NamedFamily kFamilies[] = {
+    {"chatml", ChatTemplateFamily::kChatml},
+    {"llama2", ChatTemplateFamily::kLlama2},
+    {"llama2-sys", ChatTemplateFamily::kLlama2Sys},
+    {"llama2-sys-bos", ChatTemplateFamily::kLlama2SysBos},
+    {"llama2-sys-strip", ChatTemplateFamily::kLlama2SysStrip},
+    {"mistral-v1", ChatTemplateFamily::kMistralV1},
+    {"mistral-v3", ChatTemplateFamily::kMistralV3},
+    {"mistral-v3-tekken", ChatTemplateFamily::kMistralV3Tekken},
+    {"mistral-v7", ChatTemplateFamily::kMistralV7},
+    {"llama3", ChatTemplateFamily::kLlama3},
+    {"zephyr", ChatTemplateFamily::kZephyr},
+    {"phi3", ChatTemplateFamily::kPhi3},
+    {"gemma", ChatTemplateFamily::kGemma},
+};
+
+std::string Trim(absl::string_view s) { return std::string(absl::StripAsciiWhitespace(s)); }
+
+}  // namespace
+
+absl::string_view ChatTemplateFamilyName(ChatTemplateFamily family) {
+  for (const NamedFamily& f : kFamilies) {
+    if (f.family == family) {
+      return f.name;
+    }
+  }
+  return "chatml";
+}
+
+absl::StatusOr<ChatTemplateFamily> DetectChatTemplate(absl::string_view tmpl) {
+  for (const NamedFamily& f : kFamilies) {
+    if (tmpl == f.name) {
+      return f.family;
+    }
+  }
+  auto has = [&](absl::string_view marker) { return absl::StrContains(tmpl, marker); };
+  // Order matters: the checks follow llama.cpp's llm_chat_detect_template for
+  // the families we render, so a template matches the family it would there.
+  if (has("<|im_start|>")) {
+    return ChatTemplateFamily::kChatml;
+  }
+  if (absl::StartsWith(tmpl, "mistral") || has("[INST]")) {
+    if (has("[SYSTEM_PROMPT]")) {
+      return ChatTemplateFamily::kMistralV7;
+    }
+    if (has("' [INST] ' + system_message") || has("[AVAILABLE_TOOLS]")) {
+      if (has(" [INST]")) {
+        return ChatTemplateFamily::kMistralV1;
+      }
+      if (has("\"[INST]\"")) {
+        return ChatTemplateFamily::kMistralV3Tekken;
+      }
+      return ChatTemplateFamily::kMistralV3;
+    }
+    if (has("content.strip()")) {
+      return ChatTemplateFamily::kLlama2SysStrip;
+    }
+    if (has("bos_token + '[INST]")) {
+      return ChatTemplateFamily::kLlama2SysBos;
+    }
+    if (has("<<SYS>>")) {
+      return ChatTemplateFamily::kLlama2Sys;
+    }
+    return ChatTemplateFamily::kLlama2;
+  }
+  if (has("<|assistant|>") && has("<|end|>")) {
+    return ChatTemplateFamily::kPhi3;
+  }
+  if (has("<|user|>") && has("<|endoftext|>")) {
+    return ChatTemplateFamily::kZephyr;
+  }
+  if (has("<start_of_turn>")) {
+    return ChatTemplateFamily::kGemma;
+  }
+  if (has("<|start_header_id|>") && has("<|end_header_id|>")) {
+    return ChatTemplateFamily::kLlama3;
+  }
+  return absl::NotFoundError("chat template not recognised (supported families: chatml, "
+                             "llama2, mistral, llama3, zephyr, phi3, gemma)");
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::Resolve(absl::string_view override_name_or_text,
+                                                   absl::string_view gguf_template,
+                                                   std::string* warning) {
+  if (!override_name_or_text.empty()) {
+    absl::StatusOr<ChatTemplateFamily> f = DetectChatTemplate(override_name_or_text);
+    if (!f.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chat_template: ", f.status().message()));
+    }
+    return ChatTemplate(*f);
+  }
+  if (gguf_template.empty()) {
+    return ChatTemplate(ChatTemplateFamily::kChatml, /*fallback=*/true);
+  }
+  absl::StatusOr<ChatTemplateFamily> f = DetectChatTemplate(gguf_template);
+  if (!f.ok()) {
+    if (warning != nullptr) {
+      *warning = absl::StrCat("tokenizer.chat_template: ", f.status().message(),
+                              "; using chatml");
+    }
+    return ChatTemplate(ChatTemplateFamily::kChatml, /*fallback=*/true);
+  }
+  return ChatTemplate(*f);
+}
+
+std::vector<std::string> ChatTemplate::end_of_turn_strings() const {
+  switch (family_) {
+    case ChatTemplateFamily::kChatml:
+      return {"<|im_end|>"};
+    case ChatTemplateFamily::kLlama3:
+      return {"<|eot_id|>"};
+    case ChatTemplateFamily::kZephyr:
+      return {"<|endoftext|>"};
+    case ChatTemplateFamily::kPhi3:
+      return {"<|end|>"};
+    case ChatTemplateFamily::kGemma:
+      return {"<end_of_turn>"};
+    default:
+      return {};  // llama2 / mistral turns end with </s>, the EOS token itself
+  }
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> messages,
+                                                 bool add_generation_prompt) const {
+  if (messages.empty()) {
+    return InvalidParam("messages", "messages must contain at least one message");
+  }
+  std::vector<ChatMessage> chat;
+  chat.reserve(messages.size());
+  for (size_t i = 0; i < messages.size(); ++i) {
+    ChatMessage m = messages[i];
+    if (m.role == "developer") {
+      m.role = "system";
+    } else if (m.role == "tool" || m.role == "function") {
+      m.role = "user";
+    }
+    if (m.role != "system" && m.role != "user" && m.role != "assistant") {
+      return InvalidParam(absl::StrCat("messages[", i, "].role"),
+                          absl::StrCat("messages[", i, "].role: unknown role '", m.role,
+                                       "' (want system, user, assistant, developer or tool)"));
+    }
+    chat.push_back(std::move(m));
+  }
+
+  std::string out;
+  switch (family_) {
+    case ChatTemplateFamily::kChatml:
+      for (const ChatMessage& m : chat) {
+        absl::StrAppend(&out, "<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n");
+      }
+      if (add_generation_prompt) {
+        out += "<|im_start|>assistant\n";
+      }
+      break;
+
+    case ChatTemplateFamily::kLlama2:
+    case ChatTemplateFamily::kLlama2Sys:
+    case ChatTemplateFamily::kLlama2SysBos:
+    case ChatTemplateFamily::kLlama2SysStrip: {
+      const bool system_blocks = family_ != ChatTemplateFamily::kLlama2;
+      const bool bos_in_history = family_ == ChatTemplateFamily::kLlama2SysBos;
+      const bool strip = family_ == ChatTemplateFamily::kLlama2SysStrip;
+      bool inside_turn = true;  // the first [INST] follows the tokenizer's BOS
+      out += "[INST] ";
+      for (const ChatMessage& m : chat) {
+        std::string content = strip ? Trim(m.content) : m.content;
+        if (!inside_turn) {
+          inside_turn = true;
+          out += bos_in_history ? "<s>[INST] " : "[INST] ";
+        }
+        if (m.role == "system") {
+          if (system_blocks) {
+            absl::StrAppend(&out, "<<SYS>>\n", content, "\n<</SYS>>\n\n");
+          } else {
+            absl::StrAppend(&out, content, "\n");
+          }
+        } else if (m.role == "user") {
+          absl::StrAppend(&out, content, " [/INST]");
+        } else {
+          absl::StrAppend(&out, content, "</s>");
+          inside_turn = false;
+        }
+      }
+      break;
+    }
+
+    case ChatTemplateFamily::kMistralV1:
+    case ChatTemplateFamily::kMistralV3:
+    case ChatTemplateFamily::kMistralV3Tekken: {
+      const std::string lead = family_ == ChatTemplateFamily::kMistralV1 ? " " : "";
+      const std::string trail = family_ == ChatTemplateFamily::kMistralV3Tekken ? "" : " ";
+      const bool trim_assistant = family_ == ChatTemplateFamily::kMistralV3;
+      bool inside_turn = false;
+      for (const ChatMessage& m : chat) {
+        if (!inside_turn) {
+          absl::StrAppend(&out, lead, "[INST]", trail);
+          inside_turn = true;
+        }
+        if (m.role == "system") {
+          absl::StrAppend(&out, m.content, "\n\n");
+        } else if (m.role == "user") {
+          absl::StrAppend(&out, m.content, lead, "[/INST]");
+        } else {
+          absl::StrAppend(&out, trail, trim_assistant ? Trim(m.content) : m.content, "</s>");
+          inside_turn = false;
+        }
+      }
+      break;
+    }
+
+    case ChatTemplateFamily::kMistralV7:
+      for (const ChatMessage& m : chat) {
+        if (m.role == "system") {
+          absl::StrAppend(&out, "[SYSTEM_PROMPT] ", m.content, "[/SYSTEM_PROMPT]");
+        } else if (m.role == "user") {
+          absl::StrAppend(&out, "[INST] ", m.content, "[/INST]");
+        } else {
+          absl::StrAppend(&out, " ", m.content, "</s>");
+        }
+      }
+      break;
+
+    case ChatTemplateFamily::kLlama3:
+      for (const ChatMessage& m : chat) {
+        absl::StrAppend(&out, "<|start_header_id|>", m.role, "<|end_header_id|>\n\n",
+                        Trim(m.content), "<|eot_id|>");
+      }
+      if (add_generation_prompt) {
+        out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      }
+      break;
+
+    case ChatTemplateFamily::kZephyr:
+      for (const ChatMessage& m : chat) {
+        absl::StrAppend(&out, "<|", m.role, "|>\n", m.content, "<|endoftext|>\n");
+      }
+      if (add_generation_prompt) {
+        out += "<|assistant|>\n";
+      }
+      break;
+
+    case ChatTemplateFamily::kPhi3:
+      for (const ChatMessage& m : chat) {
+        absl::StrAppend(&out, "<|", m.role, "|>\n", m.content, "<|end|>\n");
+      }
+      if (add_generation_prompt) {
+        out += "<|assistant|>\n";
+      }
+      break;
+
+    case ChatTemplateFamily::kGemma: {
+      // Gemma has no system role: the system text opens the next user turn.
+      std::string system;
+      for (const ChatMessage& m : chat) {
+        if (m.role == "system") {
+          system += Trim(m.content);
+          continue;
+        }
+        const std::string role = m.role == "assistant" ? "model" : m.role;
+        absl::StrAppend(&out, "<start_of_turn>", role, "\n");
+        if (!system.empty() && role != "model") {
+          absl::StrAppend(&out, system, "\n\n");
+          system.clear();
+        }
+        absl::StrAppend(&out, Trim(m.content), "<end_of_turn>\n");
+      }
+      if (add_generation_prompt) {
+        out += "<start_of_turn>model\n";
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace tandem::router

@@ -1,0 +1,485 @@
+#include "router/cli/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <httplib.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "router/cli/health_client.h"
+#include "router/internal/yaml_util.h"
+
+namespace tandem::router::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using internal::CheckKeys;
+
+std::string Resolve(const std::string& path, absl::string_view base_dir) {
+  if (path.empty() || fs::path(path).is_absolute() || base_dir.empty()) {
+    return path;
+  }
+  return (fs::path(std::string(base_dir)) / path).lexically_normal().string();
+}
+
+absl::Status ParseRole(const YAML::Node& root, const std::string& key, RoleSpec* out) {
+  if (!root[key]) {
+    return absl::OkStatus();
+  }
+  YAML::Node n = root[key];
+  RETURN_IF_ERROR(CheckKeys(n, key, {"replicas", "config"}));
+  RETURN_IF_ERROR(internal::ReadInt32(n, "replicas", key, &out->replicas));
+  if (n["config"]) {
+    if (!n["config"].IsMap() && !n["config"].IsNull()) {
+      return absl::InvalidArgumentError(absl::StrCat(key, ".config: want a map of worker keys"));
+    }
+    out->config = YAML::Clone(n["config"]);
+  }
+  return absl::OkStatus();
+}
+
+std::string ExeDir() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : exe.parent_path().string();
+}
+
+std::string Tail(const std::string& path, size_t max_bytes = 2000) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  return s.size() > max_bytes ? s.substr(s.size() - max_bytes) : s;
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) {
+    return absl::InternalError(absl::StrCat("cannot write ", path));
+  }
+  return absl::OkStatus();
+}
+
+std::string Describe(int status) {
+  if (WIFEXITED(status)) {
+    return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  }
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)),
+                        ")");
+  }
+  return absl::StrCat("ended (wait status ", status, ")");
+}
+
+}  // namespace
+
+absl::Status ClusterSpec::Validate() const {
+  if (model.empty()) {
+    return absl::InvalidArgumentError("model: the GGUF model path is required");
+  }
+  for (const auto& [name, r] : {std::pair<const char*, const RoleSpec*>{"prefill", &prefill},
+                                {"decode", &decode},
+                                {"colocated", &colocated}}) {
+    if (r->replicas < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ".replicas must be >= 0"));
+    }
+  }
+  if ((prefill.replicas > 0) != (decode.replicas > 0)) {
+    return absl::InvalidArgumentError(
+        "prefill.replicas and decode.replicas must both be > 0 (disaggregated) or both 0");
+  }
+  if (prefill.replicas + decode.replicas + colocated.replicas == 0) {
+    return absl::InvalidArgumentError(
+        "no workers: set prefill + decode replicas, or colocated replicas");
+  }
+  if (grpc_port < 0 || grpc_port > 65535 || http_port < 0 || http_port > 65535) {
+    return absl::InvalidArgumentError("router.grpc_port / router.http_port out of range");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ClusterSpec> ParseClusterYaml(absl::string_view yaml, absl::string_view base_dir) {
+  ASSIGN_OR_RETURN(YAML::Node root, internal::LoadYaml(yaml));
+  RETURN_IF_ERROR(CheckKeys(root, "",
+                            {"model", "host", "bin_dir", "log_dir", "health_timeout", "grace",
+                             "router", "prefill", "decode", "colocated"}));
+  ClusterSpec spec;
+  RETURN_IF_ERROR(internal::ReadString(root, "model", "", &spec.model));
+  RETURN_IF_ERROR(internal::ReadString(root, "host", "", &spec.host));
+  RETURN_IF_ERROR(internal::ReadString(root, "bin_dir", "", &spec.bin_dir));
+  RETURN_IF_ERROR(internal::ReadString(root, "log_dir", "", &spec.log_dir));
+  RETURN_IF_ERROR(internal::ReadDuration(root, "health_timeout", "", &spec.health_timeout));
+  RETURN_IF_ERROR(internal::ReadDuration(root, "grace", "", &spec.grace));
+  spec.model = Resolve(spec.model, base_dir);
+  spec.bin_dir = Resolve(spec.bin_dir, base_dir);
+  spec.log_dir = Resolve(spec.log_dir, base_dir);
+  if (root && root.IsMap() && root["router"]) {
+    if (!root["router"].IsMap()) {
+      return absl::InvalidArgumentError("router: want a map of router config keys");
+    }
+    spec.router = YAML::Clone(root["router"]);
+    RETURN_IF_ERROR(internal::ReadInt32(spec.router, "grpc_port", "router", &spec.grpc_port));
+    RETURN_IF_ERROR(internal::ReadInt32(spec.router, "http_port", "router", &spec.http_port));
+    spec.router.remove("grpc_port");
+    spec.router.remove("http_port");
+    for (const char* filled : {"grpc_address", "http_address"}) {
+      if (spec.router[filled]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "router.", filled, ": tandem up picks addresses; set router.grpc_port / http_port"));
+      }
+    }
+  }
+  RETURN_IF_ERROR(ParseRole(root, "prefill", &spec.prefill));
+  RETURN_IF_ERROR(ParseRole(root, "decode", &spec.decode));
+  RETURN_IF_ERROR(ParseRole(root, "colocated", &spec.colocated));
+  return spec;
+}
+
+absl::StatusOr<std::vector<int>> PickFreePorts(const std::string& host, int count) {
+  std::vector<int> fds;
+  std::vector<int> ports;
+  absl::Status status;
+  for (int i = 0; i < count; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = 0;
+    if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    }
+    socklen_t len = sizeof(addr);
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      status = absl::UnavailableError(absl::StrCat("picking a free port: ", strerror(errno)));
+      if (fd >= 0) {
+        close(fd);
+      }
+      break;
+    }
+    fds.push_back(fd);  // held open so the next pick differs
+    ports.push_back(ntohs(addr.sin_port));
+  }
+  for (int fd : fds) {
+    close(fd);
+  }
+  if (!status.ok()) {
+    return status;
+  }
+  return ports;
+}
+
+Cluster::~Cluster() {
+  std::ostringstream sink;
+  Stop(sink);
+}
+
+absl::Status Cluster::Launch(Process& p) {
+  std::vector<std::string> argv = {p.binary};
+  argv.insert(argv.end(), p.args.begin(), p.args.end());
+  std::vector<char*> cargs;
+  for (std::string& a : argv) {
+    cargs.push_back(a.data());
+  }
+  cargs.push_back(nullptr);
+  const int log_fd = open(p.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    return absl::InternalError(absl::StrCat("cannot open ", p.log_path, ": ", strerror(errno)));
+  }
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(log_fd);
+    return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+  }
+  if (pid == 0) {  // child: async-signal-safe calls only until exec
+    setpgid(0, 0);  // Ctrl-C reaches `tandem` only; it stops the cluster in order
+    prctl(PR_SET_PDEATHSIG, SIGTERM);  // and if `tandem` dies, so do we
+    if (getppid() != parent) {
+      _exit(1);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    dup2(log_fd, 1);
+    dup2(log_fd, 2);
+    execv(cargs[0], cargs.data());
+    _exit(127);
+  }
+  close(log_fd);
+  p.pid = pid;
+  p.running = true;
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::Start(std::ostream& log) {
+  RETURN_IF_ERROR(spec_.Validate());
+  if (!fs::exists(spec_.model)) {
+    return absl::NotFoundError(absl::StrCat("model ", spec_.model, " does not exist"));
+  }
+  const std::string bin_dir = spec_.bin_dir.empty() ? ExeDir() : spec_.bin_dir;
+  std::string run_dir = spec_.log_dir;
+  if (run_dir.empty()) {
+    std::string templ = (fs::temp_directory_path() / "tandem-up-XXXXXX").string();
+    if (mkdtemp(templ.data()) == nullptr) {
+      return absl::InternalError(absl::StrCat("mkdtemp: ", strerror(errno)));
+    }
+    run_dir = templ;
+  } else {
+    std::error_code ec;
+    fs::create_directories(run_dir, ec);
+  }
+  const std::string model = fs::absolute(spec_.model).lexically_normal().string();
+
+  const int workers = spec_.prefill.replicas + spec_.decode.replicas + spec_.colocated.replicas;
+  ASSIGN_OR_RETURN(std::vector<int> ports, PickFreePorts(spec_.host, 2 * workers + 2));
+  size_t next_port = 0;
+  auto take = [&] { return ports[next_port++]; };
+
+  std::vector<std::string> worker_addresses;
+  auto add_workers = [&](const RoleSpec& role, const char* role_name, const char* binary) {
+    for (int i = 0; i < role.replicas; ++i) {
+      Process p;
+      p.name = absl::StrCat(role_name, "-", i);
+      p.binary = (fs::path(bin_dir) / binary).string();
+      p.grpc_address = absl::StrCat(spec_.host, ":", take());
+      const int metrics_port = take();
+      p.metrics_address = absl::StrCat(spec_.host, ":", metrics_port);
+      YAML::Node c = role.config ? YAML::Clone(role.config) : YAML::Node(YAML::NodeType::Map);
+      c["model"] = model;
+      c["role"] = role_name;
+      c["listen"] = p.grpc_address;
+      c["metrics_host"] = spec_.host;
+      c["metrics_port"] = metrics_port;
+      c["worker_id"] = p.name;
+      p.config_path = (fs::path(run_dir) / (p.name + ".yaml")).string();
+      p.log_path = (fs::path(run_dir) / (p.name + ".log")).string();
+      YAML::Emitter e;
+      e << c;
+      absl::Status s = WriteFile(p.config_path, std::string(e.c_str()) + "\n");
+      if (!s.ok()) {
+        return s;
+      }
+      p.args = {absl::StrCat("--config=", p.config_path)};
+      worker_addresses.push_back(p.grpc_address);
+      procs_.push_back(std::move(p));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(add_workers(spec_.prefill, "prefill", "tandem-prefill"));
+  RETURN_IF_ERROR(add_workers(spec_.decode, "decode", "tandem-decode"));
+  RETURN_IF_ERROR(add_workers(spec_.colocated, "colocated", "tandem-decode"));
+
+  Process router;
+  router.name = "router";
+  router.binary = (fs::path(bin_dir) / "tandem-router").string();
+  const int grpc_port = spec_.grpc_port > 0 ? spec_.grpc_port : take();
+  const int http_port = spec_.http_port > 0 ? spec_.http_port : take();
+  router.grpc_address = absl::StrCat(spec_.host, ":", grpc_port);
+  router.http_address = absl::StrCat(spec_.host, ":", http_port);
+  YAML::Node rc = spec_.router ? YAML::Clone(spec_.router) : YAML::Node(YAML::NodeType::Map);
+  rc["grpc_address"] = router.grpc_address;
+  rc["http_address"] = router.http_address;
+  if (!rc["models"]) {
+    YAML::Node m;
+    m["path"] = model;
+    rc["models"].push_back(m);
+  }
+  for (const std::string& a : worker_addresses) {
+    rc["workers"]["static"].push_back(a);
+  }
+  router.config_path = (fs::path(run_dir) / "router.yaml").string();
+  router.log_path = (fs::path(run_dir) / "router.log").string();
+  {
+    YAML::Emitter e;
+    e << rc;
+    RETURN_IF_ERROR(WriteFile(router.config_path, std::string(e.c_str()) + "\n"));
+  }
+  router.args = {absl::StrCat("--config=", router.config_path)};
+  procs_.push_back(std::move(router));
+
+  for (Process& p : procs_) {
+    if (!fs::exists(p.binary)) {
+      Stop(log);
+      return absl::NotFoundError(absl::StrCat(p.binary, " does not exist (set bin_dir)"));
+    }
+  }
+  log << "tandem up: starting " << workers << " worker(s) and a router; logs in " << run_dir
+      << "\n";
+  for (Process& p : procs_) {
+    absl::Status s = Launch(p);
+    if (!s.ok()) {
+      Stop(log);
+      return Annotate(s, p.name);
+    }
+  }
+
+  // Health: every process answers grpc.health.v1 SERVING.
+  const absl::Time give_up = absl::Now() + spec_.health_timeout;
+  for (Process& p : procs_) {
+    while (true) {
+      Reap(log);
+      if (!p.running) {
+        absl::Status s = absl::UnavailableError(absl::StrCat(
+            p.name, " ", Describe(p.exit_status), " before becoming healthy; its log (",
+            p.log_path, ") ends with:\n", Tail(p.log_path)));
+        Stop(log);
+        return s;
+      }
+      if (CheckHealth(p.grpc_address, absl::Seconds(1)).ok()) {
+        break;
+      }
+      if (absl::Now() > give_up) {
+        Stop(log);
+        return absl::DeadlineExceededError(absl::StrCat(
+            p.name, " did not become healthy within ", absl::FormatDuration(spec_.health_timeout),
+            "; see ", p.log_path));
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  // The router sees every worker.
+  const Process& r = procs_.back();
+  httplib::Client http(spec_.host, http_port);
+  http.set_connection_timeout(1);
+  while (true) {
+    auto res = http.Get("/health");
+    if (res && res->status == 200) {
+      nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
+      if (!j.is_discarded() && j.contains("workers")) {
+        const auto& w = j["workers"];
+        if (w.value("prefill", 0) == spec_.prefill.replicas &&
+            w.value("decode", 0) == spec_.decode.replicas &&
+            w.value("colocated", 0) == spec_.colocated.replicas) {
+          break;
+        }
+      }
+    }
+    Reap(log);
+    if (absl::Now() > give_up || !r.running) {
+      Stop(log);
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the router did not see all ", workers, " workers within ",
+          absl::FormatDuration(spec_.health_timeout), "; see ", r.log_path));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::OkStatus();
+}
+
+void Cluster::PrintEndpoints(std::ostream& out) const {
+  const Process& r = router();
+  out << "tandem up: cluster ready\n"
+      << "  router      gRPC " << r.grpc_address << "   HTTP http://" << r.http_address
+      << "  (OpenAI base_url http://" << r.http_address << "/v1, metrics http://"
+      << r.http_address << "/metrics)  pid " << r.pid << "\n";
+  for (const Process& p : procs_) {
+    if (p.name == "router") {
+      continue;
+    }
+    out << "  " << p.name << std::string(p.name.size() < 12 ? 12 - p.name.size() : 1, ' ')
+        << "gRPC " << p.grpc_address << "   metrics http://" << p.metrics_address
+        << "/metrics  pid " << p.pid << "  log " << p.log_path << "\n";
+  }
+  out << "  try: tandem generate --router " << r.grpc_address
+      << " --prompt \"Once upon a time\"\n"
+      << "Ctrl-C stops the cluster.\n";
+  out.flush();
+}
+
+int Cluster::Reap(std::ostream& log) {
+  int died = 0;
+  for (Process& p : procs_) {
+    if (!p.running) {
+      continue;
+    }
+    int status = 0;
+    const pid_t r = waitpid(p.pid, &status, WNOHANG);
+    if (r == p.pid) {
+      p.running = false;
+      p.exit_status = status;
+      ++died;
+      if (!stopped_) {
+        log << "tandem up: " << p.name << " (pid " << p.pid << ") " << Describe(status)
+            << "; see " << p.log_path << "\n";
+        log.flush();
+      }
+    }
+  }
+  return died;
+}
+
+int Cluster::Supervise(const std::function<bool()>& should_stop, std::ostream& log) {
+  int died = 0;
+  while (!should_stop()) {
+    died += Reap(log);
+  }
+  died += Reap(log);
+  return died;
+}
+
+void Cluster::Stop(std::ostream& log) {
+  if (stopped_) {
+    return;
+  }
+  stopped_ = true;
+  auto term_and_wait = [&](bool router) {
+    for (Process& p : procs_) {
+      if (p.running && (p.name == "router") == router) {
+        kill(p.pid, SIGTERM);
+      }
+    }
+    const absl::Time give_up = absl::Now() + spec_.grace;
+    while (absl::Now() < give_up) {
+      bool any = false;
+      for (Process& p : procs_) {
+        if (p.running && (p.name == "router") == router) {
+          int status = 0;
+          if (waitpid(p.pid, &status, WNOHANG) == p.pid) {
+            p.running = false;
+            p.exit_status = status;
+            log << "tandem up: " << p.name << " stopped (" << Describe(status) << ")\n";
+          } else {
+            any = true;
+          }
+        }
+      }
+      if (!any) {
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    for (Process& p : procs_) {
+      if (p.running && (p.name == "router") == router) {
+        log << "tandem up: " << p.name << " did not stop within "
+            << absl::FormatDuration(spec_.grace) << "; killing it\n";
+        kill(p.pid, SIGKILL);
+        int status = 0;
+        waitpid(p.pid, &status, 0);
+        p.running = false;
+        p.exit_status = status;
+      }
+    }
+  };
+  term_and_wait(/*router=*/true);   // stop admitting first
+  term_and_wait(/*router=*/false);
+  log.flush();
+}
+
+}  // namespace tandem::router::cli

@@ -1,0 +1,118 @@
+#pragma once
+// `tandem up CONFIG`: a whole cluster on one machine. Starts N prefill and M
+// decode (or K colocated) workers and a router on loopback from one YAML
+// file, with free ports chosen at start, waits until every process answers
+// grpc.health.v1 and the router sees every worker, prints the endpoints,
+// reports workers that die, and on SIGINT / SIGTERM stops everything (router
+// first, then workers; SIGKILL after the grace period).
+//
+// Cluster YAML (paths relative to the file):
+//
+//   model: ../../../shared/models/stories260K/stories260K.gguf   # required
+//   host: 127.0.0.1                 # where everything listens
+//   bin_dir: ""                     # tandem-router / -prefill / -decode; "" = next to `tandem`
+//   log_dir: ""                     # per-process logs; "" = a fresh temp dir
+//   health_timeout: 120s            # for the whole cluster to come up
+//   grace: 15s                      # shutdown: SIGTERM -> SIGKILL
+//   router:                         # router/config.h keys; tandem up fills in
+//     grpc_port: 0                  #   grpc_address / http_address (0 = free port),
+//     http_port: 0                  #   models (from `model`) and workers.static
+//     mode: auto
+//     limits: {max_inflight: 64}
+//   prefill:   {replicas: 1, config: {...}}   # config: worker keys (common/worker_config.h)
+//   decode:    {replicas: 1, config: {...}}   #   passed through; tandem up sets model, role,
+//   colocated: {replicas: 0, config: {...}}   #   listen, metrics_port and worker_id
+//
+// Library code for the `tandem` binary (tests drive it as a subprocess).
+// Not thread-safe: one thread runs Start / Supervise / Stop.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "yaml-cpp/yaml.h"
+
+namespace tandem::router::cli {
+
+struct RoleSpec {
+  int32_t replicas = 0;
+  YAML::Node config;   // worker config keys, passed through
+};
+
+struct ClusterSpec {
+  std::string model;            // absolute or relative to the working directory
+  std::string host = "127.0.0.1";
+  std::string bin_dir;
+  std::string log_dir;
+  absl::Duration health_timeout = absl::Seconds(120);
+  absl::Duration grace = absl::Seconds(15);
+  int grpc_port = 0;
+  int http_port = 0;
+  YAML::Node router;            // router config keys, passed through
+  RoleSpec prefill;
+  RoleSpec decode;
+  RoleSpec colocated;
+
+  // InvalidArgument naming the field: no model, no workers, prefill without
+  // decode (or the reverse), negative replicas.
+  absl::Status Validate() const;
+};
+
+// Parses the YAML above; relative paths are resolved against `base_dir`.
+absl::StatusOr<ClusterSpec> ParseClusterYaml(absl::string_view yaml, absl::string_view base_dir);
+
+// `count` distinct free TCP ports on `host` (bound then released).
+absl::StatusOr<std::vector<int>> PickFreePorts(const std::string& host, int count);
+
+class Cluster {
+ public:
+  struct Process {
+    std::string name;           // "router", "prefill-0", "decode-1", ...
+    std::string binary;
+    std::vector<std::string> args;
+    std::string grpc_address;   // host:port
+    std::string http_address;   // router only
+    std::string metrics_address;
+    std::string config_path;
+    std::string log_path;
+    pid_t pid = -1;
+    bool running = false;
+    int exit_status = 0;
+  };
+
+  explicit Cluster(ClusterSpec spec) : spec_(std::move(spec)) {}
+  ~Cluster();  // Stop()s
+
+  // Writes the configs, starts every process and waits until all are healthy
+  // and the router sees all workers. On error the processes started are stopped.
+  absl::Status Start(std::ostream& log);
+  // The endpoints, one process per line.
+  void PrintEndpoints(std::ostream& out) const;
+  // Runs until `should_stop()` returns true; reports processes that exit.
+  // Returns how many processes died on their own.
+  int Supervise(const std::function<bool()>& should_stop, std::ostream& log);
+  // SIGTERM to the router, then workers; SIGKILL after spec.grace. Idempotent.
+  void Stop(std::ostream& log);
+
+  const std::vector<Process>& processes() const { return procs_; }
+  const Process& router() const { return procs_.back(); }
+
+ private:
+  absl::Status Launch(Process& p);
+  // Reaps exited children; reports each once.
+  int Reap(std::ostream& log);
+
+  ClusterSpec spec_;
+  std::vector<Process> procs_;   // workers first, the router last
+  bool stopped_ = false;
+};
+
+}  // namespace tandem::router::cli

@@ -1,0 +1,45 @@
+#pragma once
+// The public gRPC front: tandem.v1.Generation on the callback API. Generate
+// validates and starts the request on the Router, then streams
+// GenerateResponse messages (route first, text/token deltas, a last message
+// with finish reason, usage, timings and route); errors end the stream with
+// the request's status code (INVALID_ARGUMENT, RESOURCE_EXHAUSTED,
+// UNAVAILABLE, DEADLINE_EXCEEDED, ...). The client's deadline is propagated
+// to the workers; a client that cancels cancels the workers' calls.
+//
+// Never blocks in a callback. Thread-safe; owned by main next to the server.
+
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/string_view.h"
+#include "common/tokenizer.h"
+#include "router/router.h"
+#include "tandem/v1/generation.grpc.pb.h"
+
+namespace tandem::router {
+
+class GenerationService final : public tandem::v1::Generation::CallbackService {
+ public:
+  explicit GenerationService(Router& router) : router_(router) {}
+
+  grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context, const tandem::v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const tandem::v1::ListModelsRequest* request,
+                                       tandem::v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const tandem::v1::TokenizeRequest* request,
+                                     tandem::v1::TokenizeResponse* response) override;
+
+ private:
+  Router& router_;
+};
+
+// Converts the public request to the router's (the edge conversion; proto3
+// zeros mean "unset": max_tokens 0 = default, top_p 0 = off, repetition
+// penalty 0 = off).
+GenerationRequest FromProto(const tandem::v1::GenerateRequest& request);
+
+}  // namespace tandem::router

@@ -1,0 +1,53 @@
+#pragma once
+// The OpenAI-compatible HTTP front on cpp-httplib:
+//   POST /v1/completions, /v1/chat/completions  (JSON, or SSE with "stream")
+//   GET  /v1/models, /health, /metrics
+// Errors are OpenAI error bodies {"error": {message, type, param, code}} with
+// the matching HTTP status (400 bad input, 429 + Retry-After at capacity, 503
+// no workers, 504 deadline). A failure after the stream started is sent as an
+// SSE event {"error": ...} and the stream ends. A client that disconnects
+// cancels its request on the workers.
+//
+// httplib serves each connection on a pool thread that may block (unlike a
+// gRPC callback); the pool holds limits.max_inflight + 8 threads (or
+// http_threads) so admission control, not the pool, decides who waits.
+// Start/Stop from one thread; handlers on pool threads.
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "common/metrics.h"
+#include "router/router.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace tandem::router {
+
+class HttpServer {
+ public:
+  HttpServer(Router& router, MetricsRegistry& metrics);
+  ~HttpServer();  // Stop()s
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds "host:port" (port 0 picks a free one) and serves on a thread.
+  absl::Status Start(absl::string_view address);
+  int port() const { return port_; }
+  // Stops accepting and joins. Idempotent. In-flight streams end when their
+  // requests do (Router::Shutdown first for a drain).
+  void Stop();
+
+ private:
+  Router& router_;
+  MetricsRegistry& metrics_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace tandem::router

@@ -1,0 +1,187 @@
+// tandem-router: the public gRPC Generation service and the OpenAI-compatible
+// HTTP front in front of prefill / decode (or colocated) workers. Reads one
+// YAML file (router/config.h documents every key); flags override it. Prints
+// one line "READY grpc_port=... http_port=..." to stdout once serving;
+// SIGTERM / SIGINT drain (stop admitting, let in-flight requests finish within
+// --drain_grace) and exit 0.
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/termination_signal.h"
+#include "router/config.h"
+#include "router/grpc_service.h"
+#include "router/http_server.h"
+#include "router/model_catalog.h"
+#include "router/router.h"
+#include "router/worker_watcher.h"
+
+ABSL_FLAG(std::string, config, "", "YAML config file (see router/config.h); flags override it");
+ABSL_FLAG(std::string, grpc_address, "", "public gRPC address (default 0.0.0.0:50051; port 0: any)");
+ABSL_FLAG(std::string, http_address, "", "OpenAI HTTP address (default 0.0.0.0:8080; port 0: any)");
+ABSL_FLAG(std::vector<std::string>, model, {},
+          "GGUF model path(s) to serve, as name=path or path (adds to the config's models)");
+ABSL_FLAG(std::vector<std::string>, workers, {}, "static worker addresses host:port (adds)");
+ABSL_FLAG(std::vector<std::string>, worker_dns, {},
+          "worker DNS names name:port, re-resolved periodically (adds)");
+ABSL_FLAG(std::string, mode, "", "auto | disaggregated | colocated (default auto)");
+ABSL_FLAG(int32_t, max_inflight, 0, "admitted requests at once (default 256)");
+ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(30),
+          "SIGTERM: time in-flight requests get to finish");
+
+namespace {
+
+using tandem::router::RouterConfig;
+
+absl::StatusOr<RouterConfig> BuildConfig() {
+  RouterConfig config;
+  if (const std::string path = absl::GetFlag(FLAGS_config); !path.empty()) {
+    std::ifstream in(path);
+    if (!in) {
+      return absl::NotFoundError("cannot read config file " + path);
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    const size_t slash = path.find_last_of('/');
+    absl::StatusOr<RouterConfig> parsed = tandem::router::ParseRouterConfigYaml(
+        text.str(), slash == std::string::npos ? "." : path.substr(0, slash));
+    if (!parsed.ok()) {
+      return absl::Status(parsed.status().code(),
+                          path + ": " + std::string(parsed.status().message()));
+    }
+    config = *std::move(parsed);
+  }
+  if (const std::string v = absl::GetFlag(FLAGS_grpc_address); !v.empty()) {
+    config.grpc_address = v;
+  }
+  if (const std::string v = absl::GetFlag(FLAGS_http_address); !v.empty()) {
+    config.http_address = v == "off" ? "" : v;
+  }
+  for (const std::string& m : absl::GetFlag(FLAGS_model)) {
+    tandem::router::ServedModelConfig mc;
+    std::vector<std::string> parts = absl::StrSplit(m, absl::MaxSplits('=', 1));
+    if (parts.size() == 2) {
+      mc.name = parts[0];
+      mc.path = parts[1];
+    } else {
+      mc.path = m;
+    }
+    config.models.push_back(mc);
+  }
+  for (const std::string& w : absl::GetFlag(FLAGS_workers)) {
+    config.discovery.static_workers.push_back(w);
+  }
+  for (const std::string& w : absl::GetFlag(FLAGS_worker_dns)) {
+    config.discovery.dns_workers.push_back(w);
+  }
+  if (const std::string v = absl::GetFlag(FLAGS_mode); !v.empty()) {
+    absl::StatusOr<tandem::router::RoutingMode> mode = tandem::router::ParseRoutingMode(v);
+    if (!mode.ok()) {
+      return mode.status();
+    }
+    config.mode = *mode;
+  }
+  if (const int32_t v = absl::GetFlag(FLAGS_max_inflight); v > 0) {
+    config.limits.max_inflight = v;
+  }
+  if (absl::Status s = config.Validate(); !s.ok()) {
+    return s;
+  }
+  return config;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tandem::BlockTerminationSignals();
+  absl::SetProgramUsageMessage(
+      "tandem-router --config=router.yaml | --model=M.gguf --workers=host:port,...");
+  absl::ParseCommandLine(argc, argv);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+
+  absl::StatusOr<RouterConfig> config = BuildConfig();
+  if (!config.ok()) {
+    LOG(ERROR) << "tandem-router: " << config.status();
+    return 2;
+  }
+  absl::StatusOr<tandem::router::ModelCatalog> catalog =
+      tandem::router::ModelCatalog::Load(config->models);
+  if (!catalog.ok()) {
+    LOG(ERROR) << "tandem-router: " << catalog.status();
+    return 2;
+  }
+
+  tandem::MetricsRegistry metrics;
+  std::atomic<tandem::router::Router*> router_ptr{nullptr};
+  tandem::router::WorkerWatcher::Options wopts;
+  wopts.discovery = config->discovery;
+  wopts.on_departed = [&router_ptr](const std::string& address, const absl::Status& why) {
+    if (tandem::router::Router* r = router_ptr.load()) {
+      r->OnWorkerDeparted(address, why);
+    }
+  };
+  tandem::router::WorkerWatcher watcher(std::move(wopts));
+  tandem::router::Router router(*config, *std::move(catalog),
+                                [&watcher] { return watcher.snapshot(); }, metrics);
+  router_ptr.store(&router);
+  watcher.Start();
+
+  tandem::router::GenerationService service(router);
+  std::unique_ptr<grpc::Server> server;
+  int grpc_port = 0;
+  if (!config->grpc_address.empty()) {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(config->grpc_address, grpc::InsecureServerCredentials(), &grpc_port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+    if (server == nullptr || grpc_port == 0) {
+      LOG(ERROR) << "tandem-router: cannot serve gRPC on " << config->grpc_address;
+      return 1;
+    }
+    server->GetHealthCheckService()->SetServingStatus(true);
+  }
+  tandem::router::HttpServer http(router, metrics);
+  if (!config->http_address.empty()) {
+    if (absl::Status s = http.Start(config->http_address); !s.ok()) {
+      LOG(ERROR) << "tandem-router: " << s;
+      return 1;
+    }
+  }
+  LOG(INFO) << "tandem-router serving " << config->models.size() << " model(s): gRPC port "
+            << grpc_port << ", HTTP port " << http.port() << ", mode "
+            << tandem::router::RoutingModeName(config->mode);
+  std::printf("READY grpc_port=%d http_port=%d\n", grpc_port, http.port());
+  std::fflush(stdout);
+
+  const int sig = tandem::WaitForTerminationSignal();
+  LOG(INFO) << "signal " << sig << ": draining (grace "
+            << absl::FormatDuration(absl::GetFlag(FLAGS_drain_grace)) << ")";
+  if (server != nullptr) {
+    server->GetHealthCheckService()->SetServingStatus(false);
+  }
+  router.Shutdown(absl::GetFlag(FLAGS_drain_grace));
+  http.Stop();
+  if (server != nullptr) {
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }
+  router_ptr.store(nullptr);
+  watcher.Stop();
+  LOG(INFO) << "tandem-router exiting";
+  return 0;
+}

@@ -1,0 +1,72 @@
+#pragma once
+// The models this router serves: for each, the tokenizer, context length and
+// chat template read from its GGUF (metadata only; the router never touches
+// weights). Workers announce the model they serve by the same name.
+//
+// Immutable after construction; any thread.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/gguf.h"
+#include "common/tokenizer.h"
+#include "router/chat_template.h"
+#include "router/config.h"
+
+namespace tandem::router {
+
+class ServedModel {
+ public:
+  // Opens config.path. Errors name the file: a missing file, no tokenizer
+  // metadata, an unrecognised chat_template override.
+  static absl::StatusOr<std::unique_ptr<ServedModel>> Load(const ServedModelConfig& config);
+  // From an open GGUF (tests).
+  // `file_name` stands in for general.name in the worker model id.
+  static absl::StatusOr<std::unique_ptr<ServedModel>> FromGguf(
+      std::string name, std::unique_ptr<GgufFile> file, absl::string_view chat_template_override,
+      absl::string_view file_name = "", absl::string_view worker_model = "");
+
+  const std::string& name() const { return name_; }
+  // What workers serving this model announce as ModelInfo.id (they take
+  // general.name, else the GGUF file name).
+  const std::string& worker_model_id() const { return worker_model_id_; }
+  const std::string& architecture() const { return architecture_; }
+  int32_t context_length() const { return context_length_; }
+  int32_t vocab_size() const { return tokenizer_->vocab_size(); }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const ChatTemplate& chat_template() const { return chat_template_; }
+
+ private:
+  ServedModel(ChatTemplate t) : chat_template_(t) {}
+
+  std::string name_;
+  std::string worker_model_id_;
+  std::string architecture_;
+  int32_t context_length_ = 0;
+  std::unique_ptr<GgufFile> file_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ChatTemplate chat_template_;
+};
+
+class ModelCatalog {
+ public:
+  ModelCatalog() = default;
+  explicit ModelCatalog(std::vector<std::unique_ptr<ServedModel>> models)
+      : models_(std::move(models)) {}
+  static absl::StatusOr<ModelCatalog> Load(const std::vector<ServedModelConfig>& configs);
+
+  // The model named `name`; an empty name means the only model when there is
+  // exactly one. InvalidArgument (param "model", code "model_not_found")
+  // listing the served names otherwise.
+  absl::StatusOr<const ServedModel*> Find(absl::string_view name) const;
+  const std::vector<std::unique_ptr<ServedModel>>& models() const { return models_; }
+
+ private:
+  std::vector<std::unique_ptr<ServedModel>> models_;
+};
+
+}  // namespace tandem::router

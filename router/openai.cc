@@ -1,0 +1,654 @@
+#include "router/openai.h"
+
+#include <cmath>
+#include <exception>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "router/api_error.h"
+
+namespace tandem::router {
+namespace {
+
+using json = nlohmann::json;
+
+std::string Dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+absl::Status TypeError(absl::string_view param, absl::string_view want) {
+  return InvalidParam(param, absl::StrCat("'", param, "' must be ", want));
+}
+
+const json* Field(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) {
+    return nullptr;
+  }
+  return &*it;
+}
+
+absl::Status ReadInt64(const json& obj, const char* key, std::optional<int64_t>* out) {
+  const json* v = Field(obj, key);
+  if (v == nullptr) {
+    return absl::OkStatus();
+  }
+  if (v->is_number_integer()) {
+    *out = v->is_number_unsigned()
+               ? static_cast<int64_t>(std::min<uint64_t>(v->get<uint64_t>(), INT64_MAX))
+               : v->get<int64_t>();
+    return absl::OkStatus();
+  }
+  if (v->is_number_float()) {
+    const double d = v->get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e18) {
+      *out = static_cast<int64_t>(d);
+      return absl::OkStatus();
+    }
+  }
+  return TypeError(key, "an integer");
+}
+
+absl::Status ReadInt32(const json& obj, const char* key, std::optional<int32_t>* out) {
+  std::optional<int64_t> v;
+  absl::Status s = ReadInt64(obj, key, &v);
+  if (!s.ok() || !v.has_value()) {
+    return s;
+  }
+  // Out-of-range values keep their sign so the limit checks name them.
+  *out = static_cast<int32_t>(std::clamp<int64_t>(*v, INT32_MIN, INT32_MAX));
+  return absl::OkStatus();
+}
+
+absl::Status ReadFloat(const json& obj, const char* key, std::optional<float>* out) {
+  const json* v = Field(obj, key);
+  if (v == nullptr) {
+    return absl::OkStatus();
+  }
+  if (!v->is_number()) {
+    return TypeError(key, "a number");
+  }
+  *out = static_cast<float>(v->get<double>());
+  return absl::OkStatus();
+}
+
+absl::Status ReadBool(const json& obj, const char* key, std::optional<bool>* out) {
+  const json* v = Field(obj, key);
+  if (v == nullptr) {
+    return absl::OkStatus();
+  }
+  if (!v->is_boolean()) {
+    return TypeError(key, "a boolean");
+  }
+  *out = v->get<bool>();
+  return absl::OkStatus();
+}
+
+absl::Status ReadString(const json& obj, const char* key, std::optional<std::string>* out) {
+  const json* v = Field(obj, key);
+  if (v == nullptr) {
+    return absl::OkStatus();
+  }
+  if (!v->is_string()) {
+    return TypeError(key, "a string");
+  }
+  *out = v->get<std::string>();
+  return absl::OkStatus();
+}
+
+#define TANDEM_RETURN_IF_ERROR(expr) \
+  do {                               \
+    absl::Status s_ = (expr);        \
+    if (!s_.ok()) return s_;         \
+  } while (false)
+
+absl::Status ParseTokenIds(const json& arr, const char* param, std::vector<int32_t>* out) {
+  for (size_t i = 0; i < arr.size(); ++i) {
+    const json& e = arr[i];
+    if (!e.is_number_integer()) {
+      return InvalidParam(param, absl::StrCat("'", param, "'[", i, "] must be an integer token id"));
+    }
+    const int64_t v = e.is_number_unsigned()
+                          ? static_cast<int64_t>(std::min<uint64_t>(e.get<uint64_t>(), INT64_MAX))
+                          : e.get<int64_t>();
+    if (v < INT32_MIN || v > INT32_MAX) {
+      return InvalidParam(param, absl::StrCat("prompt token id ", v, " at index ", i,
+                                              " is outside the vocabulary"),
+                          "invalid_token_id");
+    }
+    out->push_back(static_cast<int32_t>(v));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParsePrompt(const json& body, GenerationRequest* g) {
+  const json* p = Field(body, "prompt");
+  if (p == nullptr) {
+    return InvalidParam("prompt", "'prompt' is required");
+  }
+  if (p->is_string()) {
+    g->prompt_text = p->get<std::string>();
+    return absl::OkStatus();
+  }
+  if (!p->is_array()) {
+    return TypeError("prompt", "a string, an array of token ids, or a one-element array of those");
+  }
+  if (p->empty()) {
+    return InvalidParam("prompt", "'prompt' must not be empty");
+  }
+  bool all_ints = true;
+  for (const json& e : *p) {
+    all_ints = all_ints && e.is_number();
+  }
+  if (all_ints) {
+    std::vector<int32_t> ids;
+    TANDEM_RETURN_IF_ERROR(ParseTokenIds(*p, "prompt", &ids));
+    g->prompt_ids = std::move(ids);
+    return absl::OkStatus();
+  }
+  if (p->size() > 1) {
+    return InvalidParam("prompt", "batched prompts are not supported: send one prompt per request");
+  }
+  const json& only = (*p)[0];
+  if (only.is_string()) {
+    g->prompt_text = only.get<std::string>();
+    return absl::OkStatus();
+  }
+  if (only.is_array()) {
+    if (only.empty()) {
+      return InvalidParam("prompt", "'prompt' must not be empty");
+    }
+    std::vector<int32_t> ids;
+    TANDEM_RETURN_IF_ERROR(ParseTokenIds(only, "prompt", &ids));
+    g->prompt_ids = std::move(ids);
+    return absl::OkStatus();
+  }
+  return TypeError("prompt", "a string, an array of token ids, or a one-element array of those");
+}
+
+absl::Status ParseMessages(const json& body, GenerationRequest* g) {
+  const json* m = Field(body, "messages");
+  if (m == nullptr) {
+    return InvalidParam("messages", "'messages' is required");
+  }
+  if (!m->is_array()) {
+    return TypeError("messages", "an array of {role, content} objects");
+  }
+  if (m->empty()) {
+    return InvalidParam("messages", "'messages' must contain at least one message");
+  }
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < m->size(); ++i) {
+    const json& e = (*m)[i];
+    const std::string at = absl::StrCat("messages[", i, "]");
+    if (!e.is_object()) {
+      return InvalidParam(at, absl::StrCat("'", at, "' must be an object with role and content"));
+    }
+    ChatMessage msg;
+    const json* role = Field(e, "role");
+    if (role == nullptr || !role->is_string()) {
+      return InvalidParam(at + ".role", absl::StrCat("'", at, ".role' must be a string"));
+    }
+    msg.role = role->get<std::string>();
+    const json* content = Field(e, "content");
+    if (content == nullptr) {
+      // null content (an assistant turn with tool calls) renders as empty text
+    } else if (content->is_string()) {
+      msg.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (size_t k = 0; k < content->size(); ++k) {
+        const json& part = (*content)[k];
+        const json* type = part.is_object() ? Field(part, "type") : nullptr;
+        const json* text = part.is_object() ? Field(part, "text") : nullptr;
+        if (type == nullptr || !type->is_string() || type->get<std::string>() != "text" ||
+            text == nullptr || !text->is_string()) {
+          return InvalidParam(absl::StrCat(at, ".content[", k, "]"),
+                              absl::StrCat("'", at, ".content[", k,
+                                           "]': only {\"type\": \"text\", \"text\": ...} parts "
+                                           "are supported"));
+        }
+        msg.content += text->get<std::string>();
+      }
+    } else {
+      return InvalidParam(at + ".content",
+                          absl::StrCat("'", at, ".content' must be a string or an array of "
+                                                "text parts"));
+    }
+    out.push_back(std::move(msg));
+  }
+  g->messages = std::move(out);
+  return absl::OkStatus();
+}
+
+absl::Status ParseStop(const json& body, std::vector<std::string>* out) {
+  const json* s = Field(body, "stop");
+  if (s == nullptr) {
+    return absl::OkStatus();
+  }
+  if (s->is_string()) {
+    out->push_back(s->get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!s->is_array()) {
+    return TypeError("stop", "a string or an array of strings");
+  }
+  for (const json& e : *s) {
+    if (!e.is_string()) {
+      return TypeError("stop", "a string or an array of strings");
+    }
+    out->push_back(e.get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+json RoleDelta() { return json{{"role", "assistant"}, {"content", ""}}; }
+
+absl::Status Unsupported(absl::string_view param, absl::string_view why) {
+  return InvalidParam(param, absl::StrCat("'", param, "' is not supported", why));
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint,
+                                                 absl::string_view body_text) {
+  OpenAiRequest r;
+  r.endpoint = endpoint;
+  json body;
+  try {
+    body = json::parse(body_text.begin(), body_text.end());
+  } catch (const json::parse_error& e) {
+    // e.what() names the byte position ("parse error at line 1, column 9: ...").
+    return InvalidParam("", absl::StrCat("Invalid JSON body: ", e.what()), "invalid_json");
+  } catch (const std::exception& e) {
+    return InvalidParam("", absl::StrCat("Invalid JSON body: ", e.what()), "invalid_json");
+  }
+  if (!body.is_object()) {
+    return InvalidParam("", "the request body must be a JSON object", "invalid_json");
+  }
+  GenerationRequest& g = r.gen;
+  g.sampling.temperature = 1.0f;  // OpenAI's default
+
+  std::optional<std::string> model;
+  TANDEM_RETURN_IF_ERROR(ReadString(body, "model", &model));
+  g.model = model.value_or("");
+
+  if (endpoint == OpenAiEndpoint::kCompletions) {
+    TANDEM_RETURN_IF_ERROR(ParsePrompt(body, &g));
+    std::optional<bool> echo;
+    TANDEM_RETURN_IF_ERROR(ReadBool(body, "echo", &echo));
+    if (echo.value_or(false)) {
+      return Unsupported("echo", "");
+    }
+    std::optional<std::string> suffix;
+    TANDEM_RETURN_IF_ERROR(ReadString(body, "suffix", &suffix));
+    if (suffix.has_value() && !suffix->empty()) {
+      return Unsupported("suffix", "");
+    }
+    std::optional<int32_t> logprobs;
+    TANDEM_RETURN_IF_ERROR(ReadInt32(body, "logprobs", &logprobs));
+    if (logprobs.has_value()) {
+      if (*logprobs < 0) {
+        return InvalidParam("logprobs", absl::StrCat("'logprobs' must be >= 0, got ", *logprobs));
+      }
+      r.completion_logprobs = *logprobs;
+      g.sampling.logprobs = true;
+      g.sampling.top_logprobs = *logprobs;
+    }
+    g.max_tokens = 16;  // OpenAI's default for completions
+  } else {
+    TANDEM_RETURN_IF_ERROR(ParseMessages(body, &g));
+    std::optional<bool> logprobs;
+    TANDEM_RETURN_IF_ERROR(ReadBool(body, "logprobs", &logprobs));
+    std::optional<int32_t> top;
+    TANDEM_RETURN_IF_ERROR(ReadInt32(body, "top_logprobs", &top));
+    r.chat_logprobs = logprobs.value_or(false);
+    if (top.has_value()) {
+      if (!r.chat_logprobs) {
+        return InvalidParam("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+      }
+      if (*top < 0) {
+        return InvalidParam("top_logprobs",
+                            absl::StrCat("'top_logprobs' must be >= 0, got ", *top));
+      }
+      g.sampling.top_logprobs = *top;
+    }
+    g.sampling.logprobs = r.chat_logprobs;
+    g.logprobs_param = "top_logprobs";
+    const json* tools = Field(body, "tools");
+    if (tools != nullptr && !(tools->is_array() && tools->empty())) {
+      return Unsupported("tools", ": this server has no tool calling");
+    }
+    const json* fmt = Field(body, "response_format");
+    if (fmt != nullptr) {
+      const json* type = fmt->is_object() ? Field(*fmt, "type") : nullptr;
+      if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {
+        return Unsupported("response_format", ": only {\"type\": \"text\"}");
+      }
+    }
+    std::optional<int32_t> mct;
+    TANDEM_RETURN_IF_ERROR(ReadInt32(body, "max_completion_tokens", &mct));
+    if (mct.has_value()) {
+      g.max_tokens = *mct;
+    }
+  }
+
+  std::optional<int32_t> max_tokens;
+  TANDEM_RETURN_IF_ERROR(ReadInt32(body, "max_tokens", &max_tokens));
+  if (max_tokens.has_value()) {
+    g.max_tokens = *max_tokens;
+  }
+  std::optional<int32_t> n;
+  TANDEM_RETURN_IF_ERROR(ReadInt32(body, "n", &n));
+  g.n = n.value_or(1);
+  std::optional<int32_t> best_of;
+  TANDEM_RETURN_IF_ERROR(ReadInt32(body, "best_of", &best_of));
+  if (best_of.has_value() && *best_of != g.n) {
+    return Unsupported("best_of", " (other than best_of == n)");
+  }
+
+  std::optional<float> f;
+  TANDEM_RETURN_IF_ERROR(ReadFloat(body, "temperature", &f));
+  if (f.has_value()) {
+    g.sampling.temperature = *f;
+  }
+  f.reset();
+  TANDEM_RETURN_IF_ERROR(ReadFloat(body, "top_p", &f));
+  if (f.has_value()) {
+    g.sampling.top_p = *f;
+  }
+  f.reset();
+  TANDEM_RETURN_IF_ERROR(ReadFloat(body, "min_p", &f));
+  if (f.has_value()) {
+    g.sampling.min_p = *f;
+  }
+  f.reset();
+  TANDEM_RETURN_IF_ERROR(ReadFloat(body, "repetition_penalty", &f));
+  if (f.has_value()) {
+    g.sampling.repetition_penalty = *f;
+  }
+  for (const char* penalty : {"presence_penalty", "frequency_penalty"}) {
+    f.reset();
+    TANDEM_RETURN_IF_ERROR(ReadFloat(body, penalty, &f));
+    if (f.has_value() && *f != 0.0f) {
+      return Unsupported(penalty, " (use repetition_penalty)");
+    }
+  }
+  std::optional<int32_t> top_k;
+  TANDEM_RETURN_IF_ERROR(ReadInt32(body, "top_k", &top_k));
+  if (top_k.has_value()) {
+    g.sampling.top_k = *top_k == -1 ? 0 : *top_k;  // vLLM spells "off" as -1
+  }
+  std::optional<int64_t> seed;
+  TANDEM_RETURN_IF_ERROR(ReadInt64(body, "seed", &seed));
+  if (seed.has_value()) {
+    g.sampling.seed = static_cast<uint64_t>(*seed);
+    g.has_seed = true;
+  }
+  std::optional<bool> ignore_eos;
+  TANDEM_RETURN_IF_ERROR(ReadBool(body, "ignore_eos", &ignore_eos));
+  g.sampling.ignore_eos = ignore_eos.value_or(false);
+  TANDEM_RETURN_IF_ERROR(ParseStop(body, &g.sampling.stop_strings));
+  const json* stop_ids = Field(body, "stop_token_ids");
+  if (stop_ids != nullptr) {
+    if (!stop_ids->is_array()) {
+      return TypeError("stop_token_ids", "an array of token ids");
+    }
+    TANDEM_RETURN_IF_ERROR(ParseTokenIds(*stop_ids, "stop_token_ids", &g.sampling.stop_token_ids));
+  }
+  const json* bias = Field(body, "logit_bias");
+  if (bias != nullptr && !(bias->is_object() && bias->empty())) {
+    return Unsupported("logit_bias", "");
+  }
+
+  std::optional<bool> stream;
+  TANDEM_RETURN_IF_ERROR(ReadBool(body, "stream", &stream));
+  r.stream = stream.value_or(false);
+  const json* so = Field(body, "stream_options");
+  if (so != nullptr) {
+    if (!r.stream) {
+      return InvalidParam("stream_options",
+                          "'stream_options' is only allowed when 'stream' is true");
+    }
+    if (!so->is_object()) {
+      return TypeError("stream_options", "an object");
+    }
+    std::optional<bool> include_usage;
+    absl::Status s = ReadBool(*so, "include_usage", &include_usage);
+    if (!s.ok()) {
+      return TypeError("stream_options.include_usage", "a boolean");
+    }
+    r.include_usage = include_usage.value_or(false);
+  }
+  std::optional<std::string> user;
+  TANDEM_RETURN_IF_ERROR(ReadString(body, "user", &user));
+  g.tenant = user.value_or("");
+  return r;
+}
+
+std::string SseEvent(absl::string_view data) {
+  std::string out;
+  for (absl::string_view line : absl::StrSplit(data, '\n')) {
+    if (!line.empty() && line.back() == '\r') {
+      line.remove_suffix(1);
+    }
+    absl::StrAppend(&out, "data: ", line, "\n");
+  }
+  out += "\n";
+  return out;
+}
+
+std::string SseDone() { return "data: [DONE]\n\n"; }
+
+std::string SseKeepAlive() { return ": keep-alive\n\n"; }
+
+// --- responses ------------------------------------------------------------------
+
+OpenAiResponseBuilder::OpenAiResponseBuilder(const OpenAiRequest& request, const ServedModel& model,
+                                             std::string id, int64_t created_unix_seconds)
+    : request_(request), model_(model), id_(std::move(id)), created_(created_unix_seconds) {
+  choices_.resize(std::max(1, request.gen.n));
+}
+
+std::string OpenAiResponseBuilder::ChunkBase(int32_t index, json delta, json logprobs,
+                                             const std::string& finish) const {
+  const bool chat = request_.endpoint == OpenAiEndpoint::kChat;
+  json choice;
+  choice["index"] = index;
+  choice[chat ? "delta" : "text"] = std::move(delta);
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = finish.empty() ? json(nullptr) : json(finish);
+  json chunk;
+  chunk["id"] = id_;
+  chunk["object"] = chat ? "chat.completion.chunk" : "text_completion";
+  chunk["created"] = created_;
+  chunk["model"] = model_.name();
+  chunk["choices"] = json::array({std::move(choice)});
+  if (request_.include_usage) {
+    chunk["usage"] = nullptr;
+  }
+  return Dump(chunk);
+}
+
+json OpenAiResponseBuilder::CompletionLogprobsJson(const Choice& c, size_t from) const {
+  json lp;
+  lp["tokens"] = json::array();
+  lp["token_logprobs"] = json::array();
+  lp["top_logprobs"] = json::array();
+  lp["text_offset"] = json::array();
+  for (size_t i = from; i < c.lp_tokens.size(); ++i) {
+    lp["tokens"].push_back(c.lp_tokens[i]);
+    lp["token_logprobs"].push_back(c.lp_values[i]);
+    json top = json::object();
+    for (const auto& [text, value] : c.lp_top[i]) {
+      top[text] = value;
+    }
+    lp["top_logprobs"].push_back(std::move(top));
+    lp["text_offset"].push_back(c.lp_offsets[i]);
+  }
+  return lp;
+}
+
+json OpenAiResponseBuilder::ChatLogprobsJson(const Choice& c, size_t from) const {
+  json content = json::array();
+  for (size_t i = from; i < c.chat_lp.size(); ++i) {
+    content.push_back(c.chat_lp[i]);
+  }
+  return json{{"content", std::move(content)}};
+}
+
+std::vector<std::string> OpenAiResponseBuilder::OnDelta(const ChoiceDelta& delta) {
+  std::vector<std::string> out;
+  if (delta.index < 0 || delta.index >= static_cast<int32_t>(choices_.size())) {
+    return out;
+  }
+  Choice& c = choices_[delta.index];
+  const bool chat = request_.endpoint == OpenAiEndpoint::kChat;
+  const Tokenizer& tok = model_.tokenizer();
+  const size_t lp_from = chat ? c.chat_lp.size() : c.lp_tokens.size();
+  const bool want_lp = chat ? request_.chat_logprobs : request_.completion_logprobs >= 0;
+  if (want_lp) {
+    int64_t offset = static_cast<int64_t>(c.text.size());
+    for (const TokenOutput& t : delta.tokens) {
+      const std::string text = TokenDisplayText(tok, t.id);
+      if (chat) {
+        json e;
+        e["token"] = text;
+        e["logprob"] = t.logprob;
+        json bytes = json::array();
+        for (unsigned char b : tok.TokenToPiece(t.id)) {
+          bytes.push_back(static_cast<int>(b));
+        }
+        e["bytes"] = std::move(bytes);
+        json top = json::array();
+        for (const TopLogprob& tl : t.top_logprobs) {
+          json te;
+          te["token"] = TokenDisplayText(tok, tl.token);
+          te["logprob"] = tl.logprob;
+          json tb = json::array();
+          for (unsigned char b : tok.TokenToPiece(tl.token)) {
+            tb.push_back(static_cast<int>(b));
+          }
+          te["bytes"] = std::move(tb);
+          top.push_back(std::move(te));
+        }
+        e["top_logprobs"] = std::move(top);
+        c.chat_lp.push_back(std::move(e));
+      } else {
+        c.lp_tokens.push_back(text);
+        c.lp_values.push_back(t.logprob);
+        std::vector<std::pair<std::string, float>> top;
+        for (const TopLogprob& tl : t.top_logprobs) {
+          top.emplace_back(TokenDisplayText(tok, tl.token), tl.logprob);
+        }
+        c.lp_top.push_back(std::move(top));
+        c.lp_offsets.push_back(offset);
+      }
+    }
+  }
+  c.text += delta.text;
+  if (!request_.stream) {
+    return out;
+  }
+  json logprobs = nullptr;
+  if (want_lp && !delta.tokens.empty()) {
+    logprobs = chat ? ChatLogprobsJson(c, lp_from) : CompletionLogprobsJson(c, lp_from);
+  }
+  if (chat) {
+    if (!c.role_sent) {
+      c.role_sent = true;
+      out.push_back(ChunkBase(delta.index, RoleDelta(), nullptr, ""));
+    }
+    if (!delta.text.empty() || !logprobs.is_null()) {
+      out.push_back(ChunkBase(delta.index, json{{"content", delta.text}}, logprobs, ""));
+    }
+  } else if (!delta.text.empty() || !logprobs.is_null()) {
+    out.push_back(ChunkBase(delta.index, delta.text, logprobs, ""));
+  }
+  return out;
+}
+
+std::string OpenAiResponseBuilder::OnChoiceDone(const ChoiceResult& result) {
+  if (result.index < 0 || result.index >= static_cast<int32_t>(choices_.size())) {
+    return "";
+  }
+  Choice& c = choices_[result.index];
+  c.finish = result.reason;
+  const bool chat = request_.endpoint == OpenAiEndpoint::kChat;
+  const std::string finish = result.reason == FinishReason::kLength ? "length" : "stop";
+  if (chat) {
+    if (!c.role_sent) {
+      c.role_sent = true;
+      return ChunkBase(result.index, RoleDelta(), nullptr, finish);
+    }
+    return ChunkBase(result.index, json::object(), nullptr, finish);
+  }
+  return ChunkBase(result.index, "", nullptr, finish);
+}
+
+json OpenAiResponseBuilder::UsageJson(const RequestSummary& s) const {
+  json u;
+  u["prompt_tokens"] = s.prompt_tokens;
+  u["completion_tokens"] = s.completion_tokens;
+  u["total_tokens"] = s.prompt_tokens + s.completion_tokens;
+  u["prompt_tokens_details"] = json{{"cached_tokens", s.cached_prompt_tokens}};
+  return u;
+}
+
+std::string OpenAiResponseBuilder::UsageChunk(const RequestSummary& summary) const {
+  json chunk;
+  chunk["id"] = id_;
+  chunk["object"] =
+      request_.endpoint == OpenAiEndpoint::kChat ? "chat.completion.chunk" : "text_completion";
+  chunk["created"] = created_;
+  chunk["model"] = model_.name();
+  chunk["choices"] = json::array();
+  chunk["usage"] = UsageJson(summary);
+  return Dump(chunk);
+}
+
+std::string OpenAiResponseBuilder::FinalResponse(const RequestSummary& summary) const {
+  const bool chat = request_.endpoint == OpenAiEndpoint::kChat;
+  json resp;
+  resp["id"] = id_;
+  resp["object"] = chat ? "chat.completion" : "text_completion";
+  resp["created"] = created_;
+  resp["model"] = model_.name();
+  json choices = json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    json choice;
+    choice["index"] = i;
+    if (chat) {
+      choice["message"] = json{{"role", "assistant"}, {"content", c.text}};
+      choice["logprobs"] = request_.chat_logprobs ? ChatLogprobsJson(c, 0) : json(nullptr);
+    } else {
+      choice["text"] = c.text;
+      choice["logprobs"] =
+          request_.completion_logprobs >= 0 ? CompletionLogprobsJson(c, 0) : json(nullptr);
+    }
+    choice["finish_reason"] =
+        !c.finish.has_value() ? json(nullptr)
+                              : json(*c.finish == FinishReason::kLength ? "length" : "stop");
+    choices.push_back(std::move(choice));
+  }
+  resp["choices"] = std::move(choices);
+  resp["usage"] = UsageJson(summary);
+  return Dump(resp);
+}
+
+std::string ModelListJson(const ModelCatalog& catalog, int64_t created_unix_seconds) {
+  json data = json::array();
+  for (const auto& m : catalog.models()) {
+    data.push_back(json{{"id", m->name()},
+                        {"object", "model"},
+                        {"created", created_unix_seconds},
+                        {"owned_by", "tandem"},
+                        {"context_length", m->context_length()},
+                        {"architecture", m->architecture()}});
+  }
+  return Dump(json{{"object", "list"}, {"data", std::move(data)}});
+}
+
+}  // namespace tandem::router

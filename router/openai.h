@@ -1,0 +1,103 @@
+#pragma once
+// The OpenAI-compatible wire format: request parsing for /v1/completions and
+// /v1/chat/completions into the router's GenerationRequest, response and
+// stream-chunk JSON, and SSE framing. Pure: no I/O, no router state, so every
+// bad-input case and every frame is unit-tested.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "router/generation.h"
+#include "router/model_catalog.h"
+#include "router/request.h"
+
+namespace tandem::router {
+
+enum class OpenAiEndpoint { kCompletions, kChat };
+
+struct OpenAiRequest {
+  OpenAiEndpoint endpoint = OpenAiEndpoint::kCompletions;
+  GenerationRequest gen;
+  bool stream = false;
+  bool include_usage = false;      // stream_options.include_usage
+  // Completions: logprobs=k asks for the chosen token's logprob and the k
+  // most likely (-1 = none). Chat: logprobs (bool) + top_logprobs.
+  int32_t completion_logprobs = -1;
+  bool chat_logprobs = false;
+};
+
+// Parses a request body. InvalidArgument naming the parameter for malformed
+// JSON (with the byte position), a non-object body, wrong types, missing or
+// empty prompt / messages, unsupported options (echo, suffix, best_of != n,
+// tools, logit_bias, non-text content parts), invalid UTF-8. Limits that need
+// the model (lengths, vocabulary, caps) are checked later by PrepareRequest.
+// Defaults follow OpenAI: temperature 1, top_p 1, n 1; completions
+// max_tokens 16; chat max_tokens = the router's default.
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body);
+
+// One SSE event carrying `data` ("data: <line>\n" per line, then "\n").
+std::string SseEvent(absl::string_view data);
+// The terminator OpenAI clients wait for: "data: [DONE]\n\n".
+std::string SseDone();
+// A comment line that keeps a silent stream alive (and detects a dead peer).
+std::string SseKeepAlive();
+
+// Builds responses for one request. Feed it the run's events in order; it
+// returns stream chunks (JSON objects, not yet SSE-framed) and accumulates
+// the non-streaming response. Not thread-safe (one per request).
+class OpenAiResponseBuilder {
+ public:
+  OpenAiResponseBuilder(const OpenAiRequest& request, const ServedModel& model,
+                        std::string id, int64_t created_unix_seconds);
+
+  // Chunks for a text/token delta (chat: the first chunk of a choice also
+  // carries the assistant role). May return none when nothing is visible yet.
+  std::vector<std::string> OnDelta(const ChoiceDelta& delta);
+  // The chunk with the choice's finish_reason.
+  std::string OnChoiceDone(const ChoiceResult& result);
+  // The stream_options.include_usage chunk: "choices": [] and the usage.
+  std::string UsageChunk(const RequestSummary& summary) const;
+  // The whole non-streaming response.
+  std::string FinalResponse(const RequestSummary& summary) const;
+
+  const std::string& id() const { return id_; }
+
+ private:
+  struct Choice {
+    std::string text;
+    bool role_sent = false;
+    std::optional<FinishReason> finish;
+    // Completions logprobs.
+    std::vector<std::string> lp_tokens;
+    std::vector<float> lp_values;
+    std::vector<std::vector<std::pair<std::string, float>>> lp_top;
+    std::vector<int64_t> lp_offsets;
+    // Chat logprobs: the "content" entries.
+    std::vector<nlohmann::json> chat_lp;
+  };
+
+  // `delta` is the chat delta object or the completion text; `logprobs` null
+  // when none.
+  std::string ChunkBase(int32_t index, nlohmann::json delta, nlohmann::json logprobs,
+                        const std::string& finish) const;
+  nlohmann::json CompletionLogprobsJson(const Choice& c, size_t from) const;
+  nlohmann::json ChatLogprobsJson(const Choice& c, size_t from) const;
+  nlohmann::json UsageJson(const RequestSummary& s) const;
+
+  const OpenAiRequest& request_;
+  const ServedModel& model_;
+  const std::string id_;
+  const int64_t created_;
+  std::vector<Choice> choices_;
+};
+
+// The body of GET /v1/models.
+std::string ModelListJson(const ModelCatalog& catalog, int64_t created_unix_seconds);
+
+}  // namespace tandem::router

@@ -1,0 +1,265 @@
+#include "router/request.h"
+
+#include <random>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "router/api_error.h"
+
+namespace tandem::router {
+namespace {
+
+std::string NewRequestId() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return absl::StrFormat("%016x", rng());
+}
+
+// SamplingParams::Validate names the field first ("top_p must be ..."); map
+// it to the client-facing parameter.
+absl::Status SamplingError(const absl::Status& s, const std::string& logprobs_param) {
+  absl::string_view m = s.message();
+  std::string param;
+  for (const char* field : {"temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                            "repetition_window"}) {
+    if (absl::StartsWith(m, field)) {
+      param = field;
+    }
+  }
+  if (absl::StartsWith(m, "top_logprobs")) {
+    param = logprobs_param;
+  } else if (absl::StartsWith(m, "stop_strings")) {
+    param = "stop";
+  }
+  return WithParam(s, param);
+}
+
+}  // namespace
+
+bool IsValidUtf8(absl::string_view s, size_t* bad_offset) {
+  size_t i = 0;
+  const size_t n = s.size();
+  auto fail = [&](size_t at) {
+    if (bad_offset != nullptr) {
+      *bad_offset = at;
+    }
+    return false;
+  };
+  while (i < n) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int len = 0;
+    uint32_t cp = 0;
+    if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return fail(i);
+    }
+    if (i + len > n) {
+      return fail(i);
+    }
+    for (int k = 1; k < len; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) {
+        return fail(i);
+      }
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    const bool overlong = (len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
+                          (len == 4 && cp < 0x10000);
+    if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return fail(i);
+    }
+    i += len;
+  }
+  return true;
+}
+
+std::string TokenDisplayText(const Tokenizer& tokenizer, int32_t id) {
+  if (id < 0 || id >= tokenizer.vocab_size()) {
+    return "";
+  }
+  std::string piece = tokenizer.TokenToPiece(id);
+  if (IsValidUtf8(piece)) {
+    return piece;
+  }
+  const std::string& text = tokenizer.token_text(id);
+  return IsValidUtf8(text) ? text : "";
+}
+
+absl::StatusOr<PreparedRequest> PrepareRequest(const GenerationRequest& request,
+                                               const ModelCatalog& catalog,
+                                               const LimitsConfig& limits) {
+  PreparedRequest out;
+  absl::StatusOr<const ServedModel*> model = catalog.Find(request.model);
+  if (!model.ok()) {
+    return model.status();
+  }
+  out.model = *model;
+  const ServedModel& m = **model;
+  const Tokenizer& tok = m.tokenizer();
+  out.request_id = request.request_id.empty() ? NewRequestId() : request.request_id;
+  if (!IsValidUtf8(out.request_id) || out.request_id.size() > 256) {
+    return InvalidParam("request_id", "request_id must be valid UTF-8 of at most 256 bytes");
+  }
+  out.tenant = request.tenant;
+
+  // --- prompt ---------------------------------------------------------------
+  const int sources = int{request.prompt_text.has_value()} +
+                      int{request.prompt_ids.has_value()} + int{request.messages.has_value()};
+  if (sources != 1) {
+    return InvalidParam("prompt", sources == 0 ? "a prompt (text, token ids or messages) is required"
+                                               : "give only one of prompt text, token ids or "
+                                                 "messages");
+  }
+  std::string prompt_param = "prompt";
+  if (request.prompt_ids.has_value()) {
+    const std::vector<int32_t>& ids = *request.prompt_ids;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || ids[i] >= tok.vocab_size()) {
+        return InvalidParam("prompt",
+                            absl::StrCat("prompt token id ", ids[i], " at index ", i,
+                                         " is outside the vocabulary [0, ", tok.vocab_size(),
+                                         ")"),
+                            "invalid_token_id");
+      }
+    }
+    out.prompt_ids = ids;
+  } else {
+    std::string text;
+    bool parse_special = false;
+    if (request.messages.has_value()) {
+      prompt_param = "messages";
+      out.chat = true;
+      for (size_t i = 0; i < request.messages->size(); ++i) {
+        size_t bad = 0;
+        const ChatMessage& msg = (*request.messages)[i];
+        if (!IsValidUtf8(msg.content, &bad) || !IsValidUtf8(msg.role, &bad)) {
+          return InvalidParam(absl::StrCat("messages[", i, "].content"),
+                              absl::StrCat("messages[", i, "] is not valid UTF-8 (byte ", bad,
+                                           ")"));
+        }
+      }
+      absl::StatusOr<std::string> rendered = m.chat_template().Render(*request.messages);
+      if (!rendered.ok()) {
+        return rendered.status();
+      }
+      text = *std::move(rendered);
+      // The template's markers are special tokens where the vocabulary has them.
+      parse_special = true;
+    } else {
+      text = *request.prompt_text;
+    }
+    size_t bad = 0;
+    if (!IsValidUtf8(text, &bad)) {
+      return InvalidParam(prompt_param,
+                          absl::StrCat(prompt_param, " is not valid UTF-8 (byte ", bad, ")"));
+    }
+    absl::StatusOr<std::vector<TokenId>> ids =
+        tok.Encode(text, request.add_special_tokens && tok.add_bos(), parse_special);
+    if (!ids.ok()) {
+      return WithParam(ids.status(), prompt_param);
+    }
+    out.prompt_ids = *std::move(ids);
+  }
+  if (out.prompt_ids.empty()) {
+    return InvalidParam(prompt_param, absl::StrCat(prompt_param, " is empty"));
+  }
+
+  // --- lengths ----------------------------------------------------------------
+  const int32_t ctx = m.context_length();
+  const int32_t prompt_len = static_cast<int32_t>(out.prompt_ids.size());
+  int32_t max_prompt = ctx - 1;
+  if (limits.max_prompt_tokens > 0 && limits.max_prompt_tokens < max_prompt) {
+    max_prompt = limits.max_prompt_tokens;
+  }
+  if (prompt_len > max_prompt) {
+    return InvalidParam(prompt_param,
+                        absl::StrCat("This model's maximum context length is ", ctx,
+                                     " tokens and the prompt may use at most ", max_prompt,
+                                     "; the prompt has ", prompt_len, " tokens"),
+                        "context_length_exceeded");
+  }
+  if (request.max_tokens.has_value()) {
+    const int32_t mt = *request.max_tokens;
+    if (mt <= 0) {
+      return InvalidParam("max_tokens",
+                          absl::StrCat("max_tokens must be at least 1, got ", mt));
+    }
+    if (int64_t{prompt_len} + mt > ctx) {
+      return InvalidParam("max_tokens",
+                          absl::StrCat("This model's maximum context length is ", ctx,
+                                       " tokens; the prompt has ", prompt_len,
+                                       " tokens and max_tokens is ", mt, " (",
+                                       int64_t{prompt_len} + mt,
+                                       " in total). Reduce the prompt or max_tokens."),
+                          "context_length_exceeded");
+    }
+    out.max_tokens = mt;
+  } else {
+    out.max_tokens = std::min(limits.default_max_tokens, ctx - prompt_len);
+  }
+
+  // --- n, logprobs, stop ----------------------------------------------------
+  if (request.n < 1 || request.n > limits.max_n) {
+    return InvalidParam("n", absl::StrCat("n must be in [1, ", limits.max_n, "], got ", request.n));
+  }
+  out.n = request.n;
+  const SamplingParams& sp = request.sampling;
+  if (sp.top_logprobs < 0 || sp.top_logprobs > limits.max_logprobs) {
+    return InvalidParam(request.logprobs_param,
+                        absl::StrCat(request.logprobs_param, " must be in [0, ",
+                                     limits.max_logprobs, "], got ", sp.top_logprobs));
+  }
+  if (static_cast<int64_t>(sp.stop_strings.size()) > limits.max_stop_strings) {
+    return InvalidParam("stop", absl::StrCat("at most ", limits.max_stop_strings,
+                                             " stop strings are allowed, got ",
+                                             sp.stop_strings.size()));
+  }
+  for (size_t i = 0; i < sp.stop_strings.size(); ++i) {
+    const std::string& s = sp.stop_strings[i];
+    if (s.empty()) {
+      return InvalidParam("stop", absl::StrCat("stop[", i, "] is empty"));
+    }
+    if (static_cast<int64_t>(s.size()) > limits.max_stop_string_bytes) {
+      return InvalidParam("stop", absl::StrCat("stop[", i, "] is ", s.size(),
+                                               " bytes; at most ", limits.max_stop_string_bytes,
+                                               " are allowed"));
+    }
+    if (!IsValidUtf8(s)) {
+      return InvalidParam("stop", absl::StrCat("stop[", i, "] is not valid UTF-8"));
+    }
+  }
+  for (int32_t id : sp.stop_token_ids) {
+    if (id < 0 || id >= tok.vocab_size()) {
+      return InvalidParam("stop_token_ids",
+                          absl::StrCat("stop token id ", id, " is outside the vocabulary [0, ",
+                                       tok.vocab_size(), ")"));
+    }
+  }
+  absl::Status s = sp.Validate();
+  if (!s.ok()) {
+    return SamplingError(s, request.logprobs_param);
+  }
+  out.sampling = sp;
+  out.has_seed = request.has_seed;
+  out.stop_strings = sp.stop_strings;
+  if (out.chat) {
+    for (std::string& eot : m.chat_template().end_of_turn_strings()) {
+      out.stop_strings.push_back(std::move(eot));
+    }
+  }
+  return out;
+}
+
+}  // namespace tandem::router

@@ -1,0 +1,268 @@
+#include "router/router.h"
+
+#include <thread>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "router/internal/request_run.h"
+
+namespace tandem::router {
+
+using internal::ChoiceCall;
+using internal::RequestRun;
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "length";
+}
+
+Router::Router(RouterConfig config, ModelCatalog catalog, SnapshotSource snapshots,
+               MetricsRegistry& metrics, Clock& clock)
+    : config_(std::move(config)),
+      catalog_(std::move(catalog)),
+      snapshots_(std::move(snapshots)),
+      clock_(clock),
+      metrics_(metrics) {}
+
+Router::~Router() { Shutdown(absl::ZeroDuration()); }
+
+absl::StatusOr<PreparedRequest> Router::Prepare(const GenerationRequest& request,
+                                                absl::Time client_deadline) const {
+  absl::StatusOr<PreparedRequest> p = PrepareRequest(request, catalog_, config_.limits);
+  if (!p.ok()) {
+    return p;
+  }
+  p->deadline = std::min(client_deadline, clock_.Now() + config_.limits.default_timeout);
+  return p;
+}
+
+absl::StatusOr<RouteDecision> Router::Pick(const PreparedRequest& req,
+                                           const RegistrySnapshot& snapshot,
+                                           const std::set<std::string>& exclude) const {
+  std::map<std::string, LocalLoad> local;
+  {
+    absl::MutexLock lock(&mu_);
+    local = local_load_;
+  }
+  PickRequest pr;
+  pr.model = req.model->worker_model_id();
+  pr.mode = config_.mode;
+  pr.prompt_tokens = static_cast<int32_t>(req.prompt_ids.size());
+  pr.max_tokens = req.max_tokens;
+  pr.exclude = exclude;
+  pr.local = &local;
+  return PickRoute(snapshot, pr, clock_.Now());
+}
+
+absl::StatusOr<std::shared_ptr<RequestHandle>> Router::Start(
+    PreparedRequest request, std::shared_ptr<GenerationObserver> observer) {
+  const std::string model = request.model->name();
+  uint64_t id;
+  std::map<std::string, LocalLoad> local;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) {
+      absl::Status s = absl::UnavailableError("the router is shutting down");
+      metrics_.CountRequest(model, s.code());
+      return s;
+    }
+    id = next_id_++;
+    local = local_load_;
+  }
+  const int max = config_.limits.max_inflight;
+  if (inflight_.fetch_add(1, std::memory_order_relaxed) >= max) {
+    inflight_.fetch_sub(1, std::memory_order_relaxed);
+    metrics_.rejected->Increment();
+    absl::Status s = absl::ResourceExhaustedError(
+        absl::StrCat("the router is at capacity (", max, " requests in flight); retry after ",
+                     absl::FormatDuration(config_.limits.retry_after)));
+    RecordRejected(model, s);
+    return s;
+  }
+  metrics_.inflight->Set(inflight_.load(std::memory_order_relaxed));
+
+  std::shared_ptr<const RegistrySnapshot> snapshot = snapshots_();
+  const absl::Time now = clock_.Now();
+  std::vector<RouteDecision> routes;
+  PickRequest pr;
+  pr.model = request.model->worker_model_id();
+  pr.mode = config_.mode;
+  pr.prompt_tokens = static_cast<int32_t>(request.prompt_ids.size());
+  pr.max_tokens = request.max_tokens;
+  pr.local = &local;
+  for (int32_t i = 0; i < request.n; ++i) {
+    absl::StatusOr<RouteDecision> r = PickRoute(*snapshot, pr, now);
+    if (!r.ok()) {
+      inflight_.fetch_sub(1, std::memory_order_relaxed);
+      metrics_.inflight->Set(inflight_.load(std::memory_order_relaxed));
+      metrics_.CountRoute(model, "none");
+      RecordRejected(model, r.status());
+      return r.status();
+    }
+    // Spread the choices of one request like separate requests.
+    const int64_t blocks = BlocksNeeded(pr.prompt_tokens, pr.max_tokens,
+                                        r->decode->desc.kv_block_size);
+    LocalLoad& d = local[r->decode->address];
+    d.requests += 1;
+    d.kv_blocks += blocks;
+    if (r->prefill != nullptr) {
+      LocalLoad& p = local[r->prefill->address];
+      p.requests += 1;
+      p.prompt_tokens += pr.prompt_tokens;
+    }
+    routes.push_back(*r);
+  }
+
+  auto run = std::make_shared<RequestRun>(*this, id, std::move(request), std::move(observer), now);
+  {
+    absl::MutexLock lock(&mu_);
+    runs_[id] = run;
+  }
+  run->Launch(routes, snapshot);
+  return run;
+}
+
+void Router::RecordRejected(absl::string_view model, const absl::Status& status) {
+  std::string label = "unknown";
+  for (const auto& m : catalog_.models()) {
+    if (m->name() == model) {
+      label = m->name();
+    }
+  }
+  if (model.empty() && catalog_.models().size() == 1) {
+    label = catalog_.models()[0]->name();
+  }
+  metrics_.CountRequest(label, status.code());
+  LOG(INFO) << "request model=" << label << " code=" << absl::StatusCodeToString(status.code())
+            << " error=\"" << absl::CHexEscape(status.message().substr(0, 200)) << "\"";
+}
+
+void Router::RunFinished(uint64_t run_id, const absl::Status& status,
+                         const RequestSummary& s, absl::Duration tpot) {
+  metrics_.CountRequest(s.model, status.code());
+  const double e2e = absl::ToDoubleSeconds(s.total);
+  metrics_.e2e(s.model)->Observe(e2e);
+  if (s.completion_tokens > 0) {
+    metrics_.ttft(s.model)->Observe(absl::ToDoubleSeconds(s.ttft));
+  }
+  if (tpot > absl::ZeroDuration()) {
+    metrics_.tpot(s.model)->Observe(absl::ToDoubleSeconds(tpot));
+  }
+  std::string finish;
+  for (const ChoiceResult& c : s.choices) {
+    absl::StrAppend(&finish, finish.empty() ? "" : ",", FinishReasonName(c.reason));
+  }
+  LOG(INFO) << absl::StrFormat(
+      "request request_id=%s model=%s code=%s finish=%s prompt_tokens=%d completion_tokens=%d "
+      "cached_tokens=%d route=%s prefill_worker=%s decode_worker=%s attempt=%d queue_s=%.4f "
+      "ttft_s=%.4f tpot_s=%.5f prefill_s=%.4f kv_transfer_s=%.4f e2e_s=%.4f%s",
+      s.request_id, s.model, absl::StatusCodeToString(status.code()),
+      finish.empty() ? "-" : finish, s.prompt_tokens, s.completion_tokens,
+      s.cached_prompt_tokens, s.route.colocated ? "colocated" : "disaggregated",
+      s.route.prefill_worker.empty() ? "-" : s.route.prefill_worker,
+      s.route.decode_worker.empty() ? "-" : s.route.decode_worker, s.route.attempt,
+      absl::ToDoubleSeconds(s.queue), absl::ToDoubleSeconds(s.ttft),
+      absl::ToDoubleSeconds(tpot), absl::ToDoubleSeconds(s.prefill),
+      absl::ToDoubleSeconds(s.kv_transfer), e2e,
+      status.ok() ? "" : absl::StrCat(" error=\"", absl::CHexEscape(status.message()), "\""));
+  absl::MutexLock lock(&mu_);
+  runs_.erase(run_id);
+}
+
+void Router::ReleaseSlot() {
+  inflight_.fetch_sub(1, std::memory_order_relaxed);
+  metrics_.inflight->Set(inflight_.load(std::memory_order_relaxed));
+}
+
+void Router::AddLocalLoad(const std::string& address, const LocalLoad& delta, int sign) {
+  absl::MutexLock lock(&mu_);
+  LocalLoad& l = local_load_[address];
+  l.requests += sign * delta.requests;
+  l.prompt_tokens += sign * delta.prompt_tokens;
+  l.kv_blocks += sign * delta.kv_blocks;
+  if (l.requests <= 0) {
+    local_load_.erase(address);
+  }
+}
+
+uint64_t Router::TrackCall(const std::string& address, std::weak_ptr<ChoiceCall> call) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = next_id_++;
+  calls_[address][id] = std::move(call);
+  return id;
+}
+
+void Router::UntrackCall(const std::string& address, uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = calls_.find(address);
+  if (it == calls_.end()) {
+    return;
+  }
+  it->second.erase(id);
+  if (it->second.empty()) {
+    calls_.erase(it);
+  }
+}
+
+void Router::OnWorkerDeparted(const std::string& address, const absl::Status& why) {
+  std::vector<std::shared_ptr<ChoiceCall>> calls;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = calls_.find(address);
+    if (it == calls_.end()) {
+      return;
+    }
+    for (auto& [id, weak] : it->second) {
+      if (std::shared_ptr<ChoiceCall> c = weak.lock()) {
+        calls.push_back(std::move(c));
+      }
+    }
+  }
+  for (auto& c : calls) {
+    c->OnWorkerDeparted(address, why);
+  }
+}
+
+void Router::Shutdown(absl::Duration grace) {
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+  }
+  const absl::Time give_up = absl::Now() + grace;
+  while (inflight() > 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  std::vector<std::shared_ptr<RequestRun>> runs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, weak] : runs_) {
+      if (std::shared_ptr<RequestRun> r = weak.lock()) {
+        runs.push_back(std::move(r));
+      }
+    }
+  }
+  for (auto& r : runs) {
+    r->CancelWith(absl::UnavailableError("the router is shutting down"));
+  }
+  runs.clear();
+  // Cancelled calls end within moments; a stuck one would be a gRPC bug, so
+  // bound the wait rather than hang shutdown.
+  const absl::Time hard = absl::Now() + absl::Seconds(30);
+  while (inflight() > 0 && absl::Now() < hard) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  if (inflight() > 0) {
+    LOG(ERROR) << "router: " << inflight() << " requests still running at shutdown";
+  }
+}
+
+}  // namespace tandem::router

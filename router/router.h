@@ -1,0 +1,123 @@
+#pragma once
+// The router core shared by both fronts: validation, admission, routing and
+// running requests against workers.
+//
+// Request path (disaggregated): pick a decode worker D and a prefill worker P
+// from the current registry snapshot -> Decode.Reserve on D (a server
+// stream; its first event is the KV reservation) -> Prefill.Prefill on P
+// with the reservation -> relay D's token events, detokenizing incrementally
+// and applying stop strings; cancel D when a stop string hits or the client
+// leaves. Colocated: Decode.Generate on one worker. The client's deadline is
+// every worker call's deadline. A choice that fails before any token was
+// received is retried on another route (max_route_attempts); after that a
+// worker failure fails the request (UNAVAILABLE). Workers leaving rotation
+// (heartbeat lost) fail their in-flight calls at once.
+//
+// Thread safety: all methods any thread. The Router must outlive its
+// requests: Shutdown() cancels and waits for them.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/metrics.h"
+#include "common/clock.h"
+#include "router/config.h"
+#include "router/generation.h"
+#include "router/model_catalog.h"
+#include "router/picker.h"
+#include "router/registry.h"
+#include "router/request.h"
+#include "router/router_metrics.h"
+
+namespace tandem::router {
+
+namespace internal {
+class RequestRun;
+class ChoiceCall;
+}  // namespace internal
+
+// Where the router reads worker state from (the WorkerWatcher in production).
+using SnapshotSource = std::function<std::shared_ptr<const RegistrySnapshot>()>;
+
+class Router {
+ public:
+  Router(RouterConfig config, ModelCatalog catalog, SnapshotSource snapshots,
+         MetricsRegistry& metrics, Clock& clock = RealClock::Get());
+  ~Router();  // Shutdown(absl::ZeroDuration())
+  Router(const Router&) = delete;
+  Router& operator=(const Router&) = delete;
+
+  // Validates and tokenizes (see PrepareRequest); the deadline is
+  // `client_deadline` capped by limits.default_timeout from now.
+  absl::StatusOr<PreparedRequest> Prepare(const GenerationRequest& request,
+                                          absl::Time client_deadline) const;
+
+  // Admits and starts a request. Synchronous errors: RESOURCE_EXHAUSTED when
+  // max_inflight requests are running (retry after limits.retry_after),
+  // UNAVAILABLE when no worker fits or the router is shutting down. On OK the
+  // observer receives the request's events and exactly one OnComplete.
+  absl::StatusOr<std::shared_ptr<RequestHandle>> Start(
+      PreparedRequest request, std::shared_ptr<GenerationObserver> observer);
+
+  // Counts a request that failed before Start (validation) in the metrics
+  // and logs it.
+  void RecordRejected(absl::string_view model, const absl::Status& status);
+
+  // Control thread: `address` left rotation; fail its in-flight calls.
+  void OnWorkerDeparted(const std::string& address, const absl::Status& why);
+
+  // Stops admitting (new requests get UNAVAILABLE), waits up to `grace` for
+  // in-flight requests, then cancels the rest and waits for them to finish.
+  void Shutdown(absl::Duration grace);
+
+  const RouterConfig& config() const { return config_; }
+  const ModelCatalog& catalog() const { return catalog_; }
+  RouterMetrics& metrics() { return metrics_; }
+  Clock& clock() const { return clock_; }
+  std::shared_ptr<const RegistrySnapshot> snapshot() const { return snapshots_(); }
+  int inflight() const { return inflight_.load(std::memory_order_relaxed); }
+
+ private:
+  friend class internal::RequestRun;
+  friend class internal::ChoiceCall;
+
+  // For RequestRun / ChoiceCall.
+  absl::StatusOr<RouteDecision> Pick(const PreparedRequest& req,
+                                     const RegistrySnapshot& snapshot,
+                                     const std::set<std::string>& exclude) const;
+  void AddLocalLoad(const std::string& address, const LocalLoad& delta, int sign);
+  uint64_t TrackCall(const std::string& address, std::weak_ptr<internal::ChoiceCall> call);
+  void UntrackCall(const std::string& address, uint64_t id);
+  // Metrics and the per-request log line, just before OnComplete.
+  void RunFinished(uint64_t run_id, const absl::Status& status, const RequestSummary& summary,
+                   absl::Duration tpot);
+  // After OnComplete: frees the admission slot.
+  void ReleaseSlot();
+
+  const RouterConfig config_;
+  const ModelCatalog catalog_;
+  const SnapshotSource snapshots_;
+  Clock& clock_;
+  RouterMetrics metrics_;
+  std::atomic<int> inflight_{0};
+
+  mutable absl::Mutex mu_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, std::weak_ptr<internal::RequestRun>> runs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, LocalLoad> local_load_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::map<uint64_t, std::weak_ptr<internal::ChoiceCall>>> calls_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tandem::router

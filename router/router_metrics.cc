@@ -1,0 +1,85 @@
+#include "router/router_metrics.h"
+
+#include "absl/strings/ascii.h"
+
+namespace tandem::router {
+
+RouterMetrics::RouterMetrics(MetricsRegistry& registry) : registry_(registry) {
+  inflight = registry.GetGauge("tandem_router_inflight_requests",
+                               "Requests admitted and not finished.");
+  rejected = registry.GetCounter("tandem_router_rejected_requests_total",
+                                 "Requests refused by admission control (429).");
+  worker_failures = registry.GetCounter(
+      "tandem_router_worker_failures_total",
+      "Worker calls that failed (stream broken, unavailable, heartbeat lost).");
+  const char* up_help = "Workers in rotation (live Watch stream), by role.";
+  up_prefill_ = registry.GetGauge("tandem_router_workers_up", up_help, {{"role", "prefill"}});
+  up_decode_ = registry.GetGauge("tandem_router_workers_up", up_help, {{"role", "decode"}});
+  up_colocated_ = registry.GetGauge("tandem_router_workers_up", up_help, {{"role", "colocated"}});
+}
+
+void RouterMetrics::CountRequest(const std::string& model, absl::StatusCode code) {
+  Counter* c;
+  {
+    absl::MutexLock lock(&mu_);
+    Counter*& slot = requests_[{model, static_cast<int>(code)}];
+    if (slot == nullptr) {
+      slot = registry_.GetCounter(
+          "tandem_router_requests_total", "Finished requests by model and status code.",
+          {{"model", model}, {"code", absl::AsciiStrToLower(absl::StatusCodeToString(code))}});
+    }
+    c = slot;
+  }
+  c->Increment();
+}
+
+void RouterMetrics::CountRoute(const std::string& model, const std::string& route) {
+  Counter* c;
+  {
+    absl::MutexLock lock(&mu_);
+    Counter*& slot = routes_[{model, route}];
+    if (slot == nullptr) {
+      slot = registry_.GetCounter("tandem_router_route_decisions_total",
+                                  "Routing decisions by model and route kind.",
+                                  {{"model", model}, {"route", route}});
+    }
+    c = slot;
+  }
+  c->Increment();
+}
+
+Histogram* RouterMetrics::ModelHistogram(std::map<std::string, Histogram*>& cache,
+                                         const std::string& name, const std::string& help,
+                                         const std::string& model) {
+  Histogram*& slot = cache[model];
+  if (slot == nullptr) {
+    slot = registry_.GetHistogram(name, help, LatencyBuckets(), {{"model", model}});
+  }
+  return slot;
+}
+
+Histogram* RouterMetrics::ttft(const std::string& model) {
+  absl::MutexLock lock(&mu_);
+  return ModelHistogram(ttft_, "tandem_router_time_to_first_token_seconds",
+                        "Time from admission to the first token sent to the client.", model);
+}
+
+Histogram* RouterMetrics::tpot(const std::string& model) {
+  absl::MutexLock lock(&mu_);
+  return ModelHistogram(tpot_, "tandem_router_time_per_output_token_seconds",
+                        "Mean time between output tokens after the first, per request.", model);
+}
+
+Histogram* RouterMetrics::e2e(const std::string& model) {
+  absl::MutexLock lock(&mu_);
+  return ModelHistogram(e2e_, "tandem_router_request_duration_seconds",
+                        "Time from admission to the end of the request.", model);
+}
+
+void RouterMetrics::SetWorkersUp(const RegistrySnapshot& snapshot, absl::Time now) {
+  up_prefill_->Set(snapshot.CountLive(WorkerRole::kPrefill, now));
+  up_decode_->Set(snapshot.CountLive(WorkerRole::kDecode, now));
+  up_colocated_->Set(snapshot.CountLive(WorkerRole::kColocated, now));
+}
+
+}  // namespace tandem::router

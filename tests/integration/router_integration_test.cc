@@ -1,0 +1,433 @@
+// The real tandem-router in front of the real workers, all as subprocesses
+// on 127.0.0.1 with free ports, driven over real HTTP and gRPC.
+//
+// Scenarios:
+//  - colocated worker (tandem-decode --role=colocated): greedy tokens over
+//    gRPC equal the independent reference decode of stories260K; HTTP
+//    completions / chat, streaming and not, include_usage;
+//  - bad input over HTTP (400 + OpenAI error body) and gRPC
+//    (INVALID_ARGUMENT); the router keeps serving;
+//  - the worker is SIGKILLed mid-stream: gRPC gets UNAVAILABLE and SSE an
+//    error event, within 5 s; the worker leaves rotation;
+//  - disaggregated (tandem-prefill + tandem-decode): the same greedy tokens;
+//  - `tandem up` with deploy/local/*.yaml: healthy cluster, a request through
+//    it, a dying worker is reported, SIGTERM stops everything (exit 0).
+// Known gaps: no test of DNS discovery against a real resolver (unit-tested
+// with an injected resolver), no multi-router test.
+
+#include <httplib.h>
+
+#include <fstream>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tandem/v1/generation.grpc.pb.h"
+#include "tests/integration/router_process.h"
+#include "tests/testing/test_paths.h"
+
+namespace tandem::router {
+namespace {
+
+namespace v1 = ::tandem::v1;
+using json = nlohmann::json;
+using testing::ChildProcess;
+using ::testing::HasSubstr;
+
+std::string Model() {
+  return tandem::testing::RequireSharedFile("models/stories260K/stories260K.gguf");
+}
+
+json Reference() {
+  std::ifstream in(tandem::testing::RequireSharedFile("models/stories260K/reference_greedy.json"));
+  return json::parse(in);
+}
+
+struct GrpcResult {
+  grpc::Status status;
+  std::vector<int32_t> ids;
+  std::string text;
+  v1::GenerateResponse last;
+  absl::Duration elapsed;
+};
+
+// Streams a Generate call; `on_message` runs after each message (may kill things).
+GrpcResult Generate(const std::string& address, const v1::GenerateRequest& req,
+                    std::function<void(int)> on_message = nullptr) {
+  auto stub = v1::Generation::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  GrpcResult r;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  absl::Time start = absl::Now();
+  auto reader = stub->Generate(&ctx, req);
+  v1::GenerateResponse m;
+  int n = 0;
+  while (reader->Read(&m)) {
+    for (const v1::TokenDelta& t : m.tokens()) {
+      r.ids.push_back(t.token());
+    }
+    r.text += m.text();
+    r.last = m;
+    if (on_message) {
+      if (n == 0) {
+        start = absl::Now();  // time the failure from here
+      }
+      on_message(n++);
+    }
+  }
+  r.status = reader->Finish();
+  r.elapsed = absl::Now() - start;
+  return r;
+}
+
+v1::GenerateRequest BosOnly(int max_tokens) {
+  v1::GenerateRequest req;
+  req.set_model("stories260K");
+  req.mutable_token_ids()->add_ids(1);  // BOS, as the reference decode
+  req.set_max_tokens(max_tokens);
+  req.mutable_sampling()->set_temperature(0);
+  return req;
+}
+
+std::vector<std::string> SseData(const std::string& body) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(body, '\n')) {
+    if (absl::ConsumePrefix(&line, "data: ")) {
+      out.emplace_back(line);
+    }
+  }
+  return out;
+}
+
+class RouterIntegrationTest : public ::testing::Test {
+ protected:
+  std::string Log(const std::string& name) {
+    return absl::StrCat(tandem::testing::TempDir(), "/", name, "-", ++counter_, ".log");
+  }
+
+  // Starts a worker; returns its gRPC address.
+  std::string StartWorker(const std::string& binary, const std::string& role) {
+    std::vector<std::string> argv = {binary, "--model=" + Model(), "--listen=127.0.0.1:0",
+                                     "--metrics_port=-1", "--threads=1", "--kv_blocks=512"};
+    if (!role.empty()) {
+      argv.push_back("--role=" + role);
+    }
+    absl::StatusOr<std::unique_ptr<ChildProcess>> p =
+        ChildProcess::Start(argv, Log(role.empty() ? "prefill" : role));
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) {
+      return "";
+    }
+    absl::StatusOr<std::string> ready = (*p)->WaitForLine("READY");
+    EXPECT_TRUE(ready.ok()) << ready.status();
+    workers_.push_back(*std::move(p));
+    if (!ready.ok()) {
+      return "";
+    }
+    return absl::StrCat("127.0.0.1:", ChildProcess::IntField(*ready, "grpc_port"));
+  }
+
+  void StartRouter(const std::vector<std::string>& workers, const std::string& mode,
+                   int live_workers) {
+    std::vector<std::string> argv = {TANDEM_ROUTER_BIN,
+                                     "--model=stories260K=" + Model(),
+                                     "--workers=" + absl::StrJoin(workers, ","),
+                                     "--grpc_address=127.0.0.1:0",
+                                     "--http_address=127.0.0.1:0",
+                                     "--mode=" + mode,
+                                     "--drain_grace=5s"};
+    absl::StatusOr<std::unique_ptr<ChildProcess>> p = ChildProcess::Start(argv, Log("router"));
+    ASSERT_TRUE(p.ok()) << p.status();
+    router_ = *std::move(p);
+    absl::StatusOr<std::string> ready = router_->WaitForLine("READY");
+    ASSERT_TRUE(ready.ok()) << ready.status();
+    grpc_ = absl::StrCat("127.0.0.1:", ChildProcess::IntField(*ready, "grpc_port"));
+    http_port_ = ChildProcess::IntField(*ready, "http_port");
+    // Wait until the router has every worker in rotation.
+    httplib::Client cli("127.0.0.1", http_port_);
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    int live = -1;
+    while (absl::Now() < give_up) {
+      auto res = cli.Get("/health");
+      if (res && res->status == 200) {
+        json h = json::parse(res->body);
+        live = h["workers"]["prefill"].get<int>() + h["workers"]["decode"].get<int>() +
+               h["workers"]["colocated"].get<int>();
+        if (live == live_workers) {
+          return;
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    FAIL() << "router sees " << live << " live workers, want " << live_workers << "\n"
+           << router_->Log();
+  }
+
+  std::unique_ptr<httplib::Client> Http() {
+    auto c = std::make_unique<httplib::Client>("127.0.0.1", http_port_);
+    c->set_read_timeout(60);
+    return c;
+  }
+
+  int counter_ = 0;
+  std::vector<std::unique_ptr<ChildProcess>> workers_;
+  std::unique_ptr<ChildProcess> router_;
+  std::string grpc_;
+  int http_port_ = 0;
+};
+
+TEST_F(RouterIntegrationTest, ColocatedGreedyMatchesReference) {
+  const std::string w = StartWorker(TANDEM_DECODE_BIN, "colocated");
+  ASSERT_FALSE(w.empty()) << "the worker did not start";
+  StartRouter({w}, "auto", 1);
+  const json ref = Reference();
+  const int n = 64;
+  GrpcResult r = Generate(grpc_, BosOnly(n));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\n" << router_->Log();
+  std::vector<int32_t> want(ref["generated_ids"].begin(), ref["generated_ids"].begin() + n);
+  EXPECT_EQ(r.ids, want);
+  EXPECT_TRUE(absl::StartsWith(ref["text_until_stop"].get<std::string>(), r.text)) << r.text;
+  EXPECT_EQ(r.last.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(r.last.usage().completion_tokens(), n);
+  EXPECT_TRUE(r.last.route().colocated());
+  EXPECT_EQ(r.last.route().decode_worker(), w);
+}
+
+TEST_F(RouterIntegrationTest, ColocatedOverHttp) {
+  const std::string w = StartWorker(TANDEM_DECODE_BIN, "colocated");
+  ASSERT_FALSE(w.empty()) << "the worker did not start";
+  StartRouter({w}, "colocated", 1);
+  auto cli = Http();
+  auto plain = cli->Post("/v1/completions",
+                         R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":24,)"
+                         R"("temperature":0})",
+                         "application/json");
+  ASSERT_TRUE(plain);
+  ASSERT_EQ(plain->status, 200) << plain->body;
+  json j = json::parse(plain->body);
+  const std::string text = j["choices"][0]["text"];
+  EXPECT_FALSE(text.empty());
+  EXPECT_EQ(j["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+
+  auto stream = cli->Post("/v1/completions",
+                          R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":24,)"
+                          R"("temperature":0,"stream":true,"stream_options":{"include_usage":true}})",
+                          "application/json");
+  ASSERT_TRUE(stream);
+  ASSERT_EQ(stream->status, 200);
+  std::vector<std::string> data = SseData(stream->body);
+  ASSERT_GE(data.size(), 3u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  std::string streamed;
+  for (size_t i = 0; i + 2 < data.size(); ++i) {
+    streamed += json::parse(data[i])["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, text);  // greedy: the same answer either way
+  EXPECT_EQ(json::parse(data[data.size() - 2])["usage"]["completion_tokens"], 24);
+
+  auto chat = cli->Post("/v1/chat/completions",
+                        R"({"model":"stories260K","messages":[{"role":"user","content":"Hi"}],)"
+                        R"("max_tokens":8})",
+                        "application/json");
+  ASSERT_TRUE(chat);
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  json c = json::parse(chat->body);
+  EXPECT_EQ(c["object"], "chat.completion");
+  EXPECT_EQ(c["choices"][0]["message"]["role"], "assistant");
+  auto models = cli->Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "stories260K");
+  auto metrics = cli->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_THAT(metrics->body, HasSubstr("tandem_router_requests_total{model=\"stories260K\",code=\"ok\"} 3"));
+}
+
+TEST_F(RouterIntegrationTest, BadInputOverHttpAndGrpc) {
+  const std::string w = StartWorker(TANDEM_DECODE_BIN, "colocated");
+  ASSERT_FALSE(w.empty()) << "the worker did not start";
+  StartRouter({w}, "auto", 1);
+  auto cli = Http();
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"{\"prompt\":", ""},
+      {"{\"prompt\":\"a\xff\"}", ""},
+      {R"({"model":"gpt-4","prompt":"a"})", "model"},
+      {R"({"prompt":"a","max_tokens":1000000})", "max_tokens"},
+      {R"({"prompt":"a","max_tokens":0})", "max_tokens"},
+      {R"({"prompt":"a","n":1000})", "n"},
+      {R"({"prompt":"a","logprobs":100})", "logprobs"},
+      {R"({"prompt":[1,5,70000]})", "prompt"},
+  };
+  for (const auto& [body, param] : bad) {
+    auto res = cli->Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(res) << body;
+    EXPECT_EQ(res->status, 400) << body << " -> " << res->body;
+    json e = json::parse(res->body);
+    EXPECT_EQ(e["error"]["type"], "invalid_request_error") << res->body;
+    if (param.empty()) {
+      EXPECT_TRUE(e["error"]["param"].is_null());
+    } else {
+      EXPECT_EQ(e["error"]["param"], param) << res->body;
+    }
+  }
+  v1::GenerateRequest big = BosOnly(1000000);
+  GrpcResult r = Generate(grpc_, big);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("context length"));
+  v1::GenerateRequest ids = BosOnly(4);
+  ids.mutable_token_ids()->add_ids(70000);
+  EXPECT_EQ(Generate(grpc_, ids).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Still serving.
+  EXPECT_TRUE(Generate(grpc_, BosOnly(4)).status.ok());
+}
+
+TEST_F(RouterIntegrationTest, WorkerKilledMidStreamGrpc) {
+  const std::string w = StartWorker(TANDEM_DECODE_BIN, "colocated");
+  ASSERT_FALSE(w.empty()) << "the worker did not start";
+  StartRouter({w}, "auto", 1);
+  ChildProcess* worker = workers_[0].get();
+  GrpcResult r = Generate(grpc_, BosOnly(1500), [worker](int n) {
+    if (n == 1) {
+      worker->Signal(SIGKILL);
+    }
+  });
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE) << r.status.error_message();
+  EXPECT_THAT(r.status.error_message(), HasSubstr(w));
+  EXPECT_LT(r.elapsed, absl::Seconds(5));
+  // Out of rotation.
+  GrpcResult again = Generate(grpc_, BosOnly(4));
+  EXPECT_EQ(again.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(RouterIntegrationTest, WorkerKilledMidStreamSse) {
+  const std::string w = StartWorker(TANDEM_DECODE_BIN, "colocated");
+  ASSERT_FALSE(w.empty()) << "the worker did not start";
+  StartRouter({w}, "auto", 1);
+  ChildProcess* worker = workers_[0].get();
+  httplib::Client cli("127.0.0.1", http_port_);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = R"({"prompt":"Once upon a time","max_tokens":1500,"stream":true})";
+  req.set_header("Content-Type", "application/json");
+  std::string body;
+  int chunks = 0;
+  absl::Time killed = absl::InfiniteFuture();
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    body.append(data, n);
+    if (++chunks == 2) {
+      worker->Signal(SIGKILL);
+      killed = absl::Now();
+    }
+    return true;
+  };
+  auto res = cli.send(req);
+  ASSERT_TRUE(res);
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(5));
+  std::vector<std::string> data = SseData(body);
+  ASSERT_GE(data.size(), 2u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  json err = json::parse(data[data.size() - 2]);
+  ASSERT_TRUE(err.contains("error")) << body.substr(body.size() > 500 ? body.size() - 500 : 0);
+  EXPECT_EQ(err["error"]["type"], "server_error");
+}
+
+TEST_F(RouterIntegrationTest, DisaggregatedGreedyMatchesReference) {
+  const std::string d = StartWorker(TANDEM_DECODE_BIN, "decode");
+  const std::string p = StartWorker(TANDEM_PREFILL_BIN, "");
+  ASSERT_FALSE(d.empty() || p.empty()) << "a worker did not start";
+  StartRouter({p, d}, "disaggregated", 2);
+  const json ref = Reference();
+  const int n = 48;
+  GrpcResult r = Generate(grpc_, BosOnly(n));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\nrouter:\n"
+                             << router_->Log() << "\nprefill:\n" << workers_[1]->Log()
+                             << "\ndecode:\n" << workers_[0]->Log();
+  std::vector<int32_t> want(ref["generated_ids"].begin(), ref["generated_ids"].begin() + n);
+  EXPECT_EQ(r.ids, want);
+  EXPECT_FALSE(r.last.route().colocated());
+  EXPECT_EQ(r.last.route().prefill_worker(), p);
+  EXPECT_EQ(r.last.route().decode_worker(), d);
+  // A longer text prompt through the same pair, over HTTP.
+  auto cli = Http();
+  auto res = cli->Post("/v1/completions",
+                       R"({"prompt":"Once upon a time, there was a little girl named Lily.",)"
+                       R"("max_tokens":16,"temperature":0})",
+                       "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+}
+
+// `tandem up CONFIG`: returns the router's gRPC address from the printout.
+std::string RouterAddress(const std::string& output) {
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    if (absl::StrContains(line, "router") && absl::StrContains(line, "gRPC ")) {
+      std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      for (size_t i = 0; i + 1 < parts.size(); ++i) {
+        if (parts[i] == "gRPC") {
+          return parts[i + 1];
+        }
+      }
+    }
+  }
+  return "";
+}
+
+void TandemUp(const std::string& config, int workers) {
+  const std::string log = absl::StrCat(tandem::testing::TempDir(), "/tandem-up-",
+                                       config.substr(config.find_last_of('/') + 1), ".log");
+  absl::StatusOr<std::unique_ptr<ChildProcess>> up =
+      ChildProcess::Start({TANDEM_CLI_BIN, "up", config}, log);
+  ASSERT_TRUE(up.ok()) << up.status();
+  ChildProcess& p = **up;
+  absl::StatusOr<std::string> ready = p.WaitForLine("Ctrl-C stops the cluster", absl::Seconds(120));
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  const std::string address = RouterAddress(p.output());
+  ASSERT_FALSE(address.empty()) << p.output();
+  GrpcResult r = Generate(address, BosOnly(16));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\n" << p.Log();
+  EXPECT_EQ(r.ids.size(), 16u);
+  // Kill one worker: tandem up reports it and keeps supervising.
+  pid_t victim = -1;
+  for (absl::string_view line : absl::StrSplit(p.output(), '\n')) {
+    if (absl::StrContains(line, "-0 ") && absl::StrContains(line, " pid ")) {
+      std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      for (size_t i = 0; i + 1 < parts.size(); ++i) {
+        if (parts[i] == "pid") {
+          victim = std::stoi(parts[i + 1]);
+        }
+      }
+      break;
+    }
+  }
+  ASSERT_GT(victim, 0) << p.output();
+  kill(victim, SIGKILL);
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < give_up && !absl::StrContains(p.Log(), "killed by signal 9")) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_THAT(p.Log(), HasSubstr("killed by signal 9"));
+  // SIGTERM stops everything cleanly.
+  p.Signal(SIGTERM);
+  const int status = p.Wait(absl::Seconds(60));
+  ASSERT_NE(status, -1) << "tandem up did not exit\n" << p.Log();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << p.Log();
+  EXPECT_THAT(p.Log(), HasSubstr("tandem up: router stopped"));
+  EXPECT_GE(workers, 1);
+}
+
+TEST(TandemUpTest, Colocated) {
+  TandemUp(absl::StrCat(TANDEM_SOURCE_DIR, "/deploy/local/colocated.yaml"), 2);
+}
+
+TEST(TandemUpTest, Disaggregated) {
+  TandemUp(absl::StrCat(TANDEM_SOURCE_DIR, "/deploy/local/disaggregated.yaml"), 2);
+}
+
+}  // namespace
+}  // namespace tandem::router

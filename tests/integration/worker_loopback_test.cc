@@ -1,0 +1,480 @@
+// The prefill and decode engines of the two worker libraries in one process,
+// joined by LoopbackTransport (wrapped in FaultInjectingTransport) and a
+// committer that calls the decode engine directly: the KV push / commit /
+// import logic without gRPC or UCX, fast and deterministic.
+//
+// Scenarios:
+//  - Chunks that end inside blocks, several requests per prefill step,
+//    prefix-cache hits: tokens equal Generate(); bytes equal the KvLayout
+//    formula; both pools return to zero used blocks.
+//  - Preemption of imported sequences on a small decode pool: they are
+//    recomputed locally (prompt + generated) and still match Generate().
+//  - Writes that report success but never land (drop): the decode engine
+//    fails the commit at the reservation deadline (DEADLINE_EXCEEDED to the
+//    prefill side, UNAVAILABLE to the client); nothing leaks.
+//  - Writes that fail: the prefill call fails UNAVAILABLE without
+//    committing; the reservation expires; nothing leaks.
+//  - A prefill worker whose Prefill call is cancelled mid-push frees its
+//    blocks once the writes are done.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/clock.h"
+#include "common/engine.h"
+#include "common/generation.h"
+#include "common/logging.h"
+#include "common/model.h"
+#include "decode_worker/decode_engine.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kvtransfer/fault_injecting_transport.h"
+#include "kvtransfer/loopback_transport.h"
+#include "prefill_worker/prefill_engine.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/test_paths.h"
+
+namespace tandem {
+namespace {
+
+using ::tandem::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr int kBlockSize = 16;
+
+const Model& TheModel() {
+  static const Model* m = [] {
+    auto r = Model::Load(::tandem::testing::RequireSharedFile("models/stories260K/stories260K.gguf"));
+    CHECK(r.ok()) << r.status();
+    return r->release();
+  }();
+  return *m;
+}
+
+std::unique_ptr<Engine> MakeEngine(int blocks) {
+  EngineConfig c;
+  c.num_threads = 1;
+  c.num_kv_blocks = blocks;
+  c.block_size = kBlockSize;
+  auto e = Engine::Create(TheModel(), c);
+  CHECK(e.ok()) << e.status();
+  return std::move(*e);
+}
+
+// A client stream: records what the decode engine sends.
+class Sink : public decode_worker::RequestSink {
+ public:
+  void OnReservation(const decode_worker::Reservation& r) override {
+    absl::MutexLock lock(&mu_);
+    reservation_ = r;
+    has_reservation_ = true;
+  }
+  void OnTokens(decode_worker::TokenEvent ev) override {
+    absl::MutexLock lock(&mu_);
+    for (const SampleResult& s : ev.tokens) tokens_.push_back(s.token);
+    text_ += ev.text;
+    if (ev.final) done_ = true;
+  }
+  void OnError(const absl::Status& s) override {
+    absl::MutexLock lock(&mu_);
+    status_ = s;
+    done_ = true;
+  }
+  ::testing::AssertionResult WaitReservation(decode_worker::Reservation* out) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return has_reservation_ || done_; };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(10)) || !has_reservation_) {
+      return ::testing::AssertionFailure() << "no reservation: " << status_;
+    }
+    *out = reservation_;
+    return ::testing::AssertionSuccess();
+  }
+  ::testing::AssertionResult WaitDone() {
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithTimeout(absl::Condition(&done_), absl::Seconds(20))) {
+      return ::testing::AssertionFailure() << "stream not finished in 20 s";
+    }
+    return ::testing::AssertionSuccess();
+  }
+  std::vector<int32_t> tokens() {
+    absl::MutexLock lock(&mu_);
+    return tokens_;
+  }
+  std::string text() {
+    absl::MutexLock lock(&mu_);
+    return text_;
+  }
+  absl::Status status() {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool has_reservation_ ABSL_GUARDED_BY(mu_) = false;
+  decode_worker::Reservation reservation_ ABSL_GUARDED_BY(mu_);
+  std::vector<int32_t> tokens_ ABSL_GUARDED_BY(mu_);
+  std::string text_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+class Call : public prefill_worker::PrefillCall {
+ public:
+  void Done(absl::StatusOr<prefill_worker::PrefillResult> r) override {
+    absl::MutexLock lock(&mu_);
+    result_ = std::move(r);
+    done_ = true;
+  }
+  absl::StatusOr<prefill_worker::PrefillResult> Wait() {
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithTimeout(absl::Condition(&done_), absl::Seconds(20))) {
+      return absl::DeadlineExceededError("prefill call not done in 20 s");
+    }
+    return result_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::StatusOr<prefill_worker::PrefillResult> result_ ABSL_GUARDED_BY(mu_) =
+      absl::UnknownError("unset");
+};
+
+// Commits straight into the decode engine (the gRPC hop of the real worker).
+class DirectCommitter : public prefill_worker::Committer {
+ public:
+  void set_decode(decode_worker::DecodeEngine* d) { decode_ = d; }
+  void Commit(prefill_worker::CommitArgs args,
+              absl::AnyInvocable<void(absl::Status) &&> done) override {
+    decode_worker::CommitSpec c;
+    c.request_id = args.request_id;
+    c.first = args.first;
+    c.num_tokens = args.num_tokens;
+    c.bytes_written = args.bytes_written;
+    decode_->Commit(std::move(c), std::move(done));
+  }
+
+ private:
+  decode_worker::DecodeEngine* decode_ = nullptr;
+};
+
+struct Options {
+  int decode_blocks = 256;
+  int prefill_blocks = 256;
+  int chunk_size = 20;
+  int token_budget = 48;
+  absl::Duration reservation_deadline = absl::Seconds(10);
+};
+
+class Cluster {
+ public:
+  explicit Cluster(const Options& o)
+      : decode_metrics_(decode_registry_, "loopback"),
+        prefill_metrics_(prefill_registry_, "loopback") {
+    auto d_engine = MakeEngine(o.decode_blocks);
+    auto region = decode_transport_.RegisterRegion(d_engine->kv_pool_base(),
+                                                   d_engine->kv_pool_bytes());
+    CHECK(region.ok()) << region.status();
+    decode_worker::DecodeEngineOptions dopts;
+    dopts.scheduler.token_budget = o.token_budget;
+    dopts.scheduler.chunk_size = o.chunk_size;
+    dopts.reservation_deadline = o.reservation_deadline;
+    decode_ = std::make_unique<decode_worker::DecodeEngine>(
+        std::move(d_engine), &decode_transport_, *region, dopts, &decode_metrics_,
+        RealClock::Get());
+    auto p_engine = MakeEngine(o.prefill_blocks);
+    prefill_transport_ = std::make_unique<kvtransfer::FaultInjectingTransport>(
+        std::make_unique<kvtransfer::LoopbackTransport>());
+    CHECK_OK(prefill_transport_->RegisterSource(p_engine->kv_pool_base(),
+                                                p_engine->kv_pool_bytes()));
+    committer_.set_decode(decode_.get());
+    prefill_worker::PrefillEngineOptions popts;
+    popts.scheduler.token_budget = o.token_budget;
+    popts.scheduler.chunk_size = o.chunk_size;
+    prefill_ = std::make_unique<prefill_worker::PrefillEngine>(
+        std::move(p_engine), prefill_transport_.get(), &committer_, popts, &prefill_metrics_,
+        RealClock::Get());
+    decode_->Start(nullptr);
+    prefill_->Start(nullptr);
+  }
+  ~Cluster() {
+    prefill_->Stop();
+    decode_->Stop();
+    prefill_transport_->Shutdown();
+    decode_transport_.Shutdown();
+  }
+
+  decode_worker::DecodeEngine& decode() { return *decode_; }
+  prefill_worker::PrefillEngine& prefill() { return *prefill_; }
+  kvtransfer::FaultInjectingTransport& faults() { return *prefill_transport_; }
+  MetricsRegistry& decode_registry() { return decode_registry_; }
+
+  // The router's part: reservation -> prefill job.
+  static prefill_worker::PrefillJob JobFor(const decode_worker::Reservation& r,
+                                           const std::vector<int32_t>& prompt,
+                                           const SamplingParams& sampling) {
+    prefill_worker::PrefillJob job;
+    job.request_id = r.request_id;
+    job.prompt = prompt;
+    job.sampling = sampling;
+    job.transfer_tag = r.transfer_tag;
+    job.remote_blocks = r.block_ids;
+    job.remote.layout = r.layout;
+    job.remote.num_blocks = static_cast<int32_t>(
+        r.region.bytes / (static_cast<uint64_t>(r.layout.num_layers) * 2 * r.layout.block_bytes()));
+    job.region = r.region;
+    job.decode_worker = "in-process";
+    job.deadline = r.deadline;
+    return job;
+  }
+
+  ::testing::AssertionResult PoolsBackToZero() {
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (absl::Now() < deadline) {
+      const decode_worker::LoadInfo d = decode_->load();
+      const prefill_worker::PrefillLoad p = prefill_->load();
+      if (d.used_blocks == 0 && p.used_blocks == 0 && decode_->num_live_requests() == 0 &&
+          prefill_->num_live_requests() == 0) {
+        return ::testing::AssertionSuccess();
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return ::testing::AssertionFailure()
+           << "decode " << decode_->load().used_blocks << " blocks used, "
+           << decode_->num_live_requests() << " live; prefill " << prefill_->load().used_blocks
+           << " used, " << prefill_->num_live_requests() << " live";
+  }
+
+ private:
+  MetricsRegistry decode_registry_;
+  MetricsRegistry prefill_registry_;
+  decode_worker::DecodeMetrics decode_metrics_;
+  prefill_worker::PrefillMetrics prefill_metrics_;
+  kvtransfer::LoopbackTransport decode_transport_;
+  std::unique_ptr<kvtransfer::FaultInjectingTransport> prefill_transport_;
+  DirectCommitter committer_;
+  std::unique_ptr<decode_worker::DecodeEngine> decode_;
+  std::unique_ptr<prefill_worker::PrefillEngine> prefill_;
+};
+
+struct Want {
+  std::vector<int32_t> prompt;
+  int32_t max_tokens;
+  SamplingParams sampling;
+  std::vector<int32_t> tokens;
+  std::string text;
+};
+
+Want Reference(std::vector<int32_t> prompt, int32_t max_tokens, SamplingParams sampling) {
+  static Engine* engine = MakeEngine(1024).release();
+  static SequenceId seq = 1;
+  GenerateOptions opts;
+  opts.max_tokens = max_tokens;
+  opts.sampling = sampling;
+  auto r = Generate(*engine, seq++, prompt, opts);
+  CHECK(r.ok()) << r.status();
+  return Want{std::move(prompt), max_tokens, std::move(sampling), r->tokens, r->text};
+}
+
+std::vector<int32_t> Tokens(const std::string& text) {
+  auto ids = TheModel().tokenizer()->Encode(text, true, false);
+  CHECK(ids.ok());
+  return *ids;
+}
+
+uint64_t FormulaBytes(size_t prompt_tokens) {
+  const ModelConfig& mc = TheModel().config();
+  kvtransfer::KvLayout l;
+  l.num_layers = mc.num_layers;
+  l.num_kv_heads = mc.num_kv_heads;
+  l.head_dim = mc.head_dim;
+  l.block_size = kBlockSize;
+  const uint64_t blocks = (prompt_tokens + kBlockSize - 1) / kBlockSize;
+  return static_cast<uint64_t>(l.num_layers) * 2 * blocks * l.block_bytes();
+}
+
+struct Running {
+  std::unique_ptr<Sink> sink = std::make_unique<Sink>();
+  std::unique_ptr<Call> call = std::make_unique<Call>();
+};
+
+// Reserve on decode, prefill with the reservation; returns the handles.
+std::unique_ptr<Running> Start(Cluster& c, const Want& w, const std::string& id) {
+  auto r = std::make_unique<Running>();
+  decode_worker::RequestSpec spec;
+  spec.request_id = id;
+  spec.prompt = w.prompt;
+  spec.max_tokens = w.max_tokens;
+  spec.sampling = w.sampling;
+  c.decode().SubmitReserve(c.decode().NewRequestKey(), spec, r->sink.get());
+  decode_worker::Reservation res;
+  EXPECT_TRUE(r->sink->WaitReservation(&res));
+  c.prefill().Submit(c.prefill().NewRequestKey(), Cluster::JobFor(res, w.prompt, w.sampling),
+                     r->call.get());
+  return r;
+}
+
+TEST(WorkerLoopbackTest, ChunkedPushesMatchReferenceAndFormula) {
+  Cluster c(Options{});
+  std::vector<Want> wants;
+  const std::string base =
+      "Once upon a time, there was a little boy named Ben. Ben liked to play with his ball in "
+      "the garden. One day, he saw a big tree and";
+  for (int i = 0; i < 8; ++i) {
+    SamplingParams sp;
+    if (i % 2) {
+      sp.temperature = 0.8f;
+      sp.seed = 77 + i;
+    }
+    // 0..3 share a long prefix (prefix cache on the prefill side).
+    const std::string text = i < 4 ? base + (i % 2 ? " he said" : " she ran")
+                                   : std::string("The dog ") + std::string(i * 3, 'a');
+    wants.push_back(Reference(Tokens(text), 20 + i * 3, sp));
+  }
+  std::vector<std::unique_ptr<Running>> runs;
+  for (size_t i = 0; i < wants.size(); ++i) runs.push_back(Start(c, wants[i], absl::StrCat("r", i)));
+  int cache_hits = 0;
+  for (size_t i = 0; i < wants.size(); ++i) {
+    SCOPED_TRACE(i);
+    auto result = runs[i]->call->Wait();
+    ASSERT_OK(result.status());
+    EXPECT_EQ(result->kv_bytes, FormulaBytes(wants[i].prompt.size()));
+    cache_hits += result->cached_prompt_tokens > 0;
+    ASSERT_TRUE(runs[i]->sink->WaitDone());
+    EXPECT_OK(runs[i]->sink->status());
+    EXPECT_EQ(runs[i]->sink->tokens(), wants[i].tokens);
+    EXPECT_EQ(runs[i]->sink->text(), wants[i].text);
+  }
+  EXPECT_GT(cache_hits, 0);
+  EXPECT_TRUE(c.PoolsBackToZero());
+}
+
+TEST(WorkerLoopbackTest, ImportedSequencesPreemptedAndRecomputedMatchReference) {
+  Options o;
+  o.decode_blocks = 12;  // 4 requests of ~12 + 100 tokens need 7 blocks each at the end
+  Cluster c(o);
+  std::vector<Want> wants;
+  for (int i = 0; i < 4; ++i) {
+    SamplingParams sp;
+    sp.ignore_eos = true;
+    if (i % 2) {
+      sp.temperature = 0.8f;
+      sp.seed = 5 + i;
+    }
+    wants.push_back(Reference(Tokens(absl::StrCat("Lily had ", i + 2, " red balls and a big dog.")),
+                              100, sp));
+  }
+  // Reserve all first, then prefill all: they commit together and grow in
+  // lockstep, so the pool runs dry for certain.
+  std::vector<std::unique_ptr<Running>> runs;
+  std::vector<decode_worker::Reservation> reservations(wants.size());
+  for (size_t i = 0; i < wants.size(); ++i) {
+    runs.push_back(std::make_unique<Running>());
+    decode_worker::RequestSpec spec;
+    spec.request_id = absl::StrCat("p", i);
+    spec.prompt = wants[i].prompt;
+    spec.max_tokens = wants[i].max_tokens;
+    spec.sampling = wants[i].sampling;
+    c.decode().SubmitReserve(c.decode().NewRequestKey(), spec, runs[i]->sink.get());
+    ASSERT_TRUE(runs[i]->sink->WaitReservation(&reservations[i]));
+  }
+  for (size_t i = 0; i < wants.size(); ++i) {
+    c.prefill().Submit(c.prefill().NewRequestKey(),
+                       Cluster::JobFor(reservations[i], wants[i].prompt, wants[i].sampling),
+                       runs[i]->call.get());
+  }
+  for (size_t i = 0; i < wants.size(); ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_OK(runs[i]->call->Wait().status());
+    ASSERT_TRUE(runs[i]->sink->WaitDone());
+    EXPECT_OK(runs[i]->sink->status());
+    EXPECT_EQ(runs[i]->sink->tokens(), wants[i].tokens);
+  }
+  const std::string text = c.decode_registry().RenderText();
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("tandem_decode_preemptions_total 0\n")));
+  EXPECT_TRUE(c.PoolsBackToZero());
+}
+
+TEST(WorkerLoopbackTest, DroppedWritesFailAtTheReservationDeadline) {
+  Options o;
+  o.reservation_deadline = absl::Milliseconds(300);
+  Cluster c(o);
+  kvtransfer::FaultSpec spec;
+  spec.drop = true;
+  c.faults().set_faults(spec);
+  const Want w = Reference(Tokens("The sun was hot and the sky was blue."), 8, {});
+  const absl::Time t0 = absl::Now();
+  auto run = Start(c, w, "dropped");
+  EXPECT_THAT(run->call->Wait(), StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                          HasSubstr("KV bytes arrived by the reservation deadline")));
+  ASSERT_TRUE(run->sink->WaitDone());
+  EXPECT_THAT(run->sink->status(), StatusIs(absl::StatusCode::kUnavailable,
+                                            HasSubstr("KV transfer incomplete at the deadline")));
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(250));
+  EXPECT_TRUE(c.PoolsBackToZero());
+}
+
+TEST(WorkerLoopbackTest, FailedWritesFailThePrefillAndTheReservationExpires) {
+  Options o;
+  o.reservation_deadline = absl::Milliseconds(300);
+  Cluster c(o);
+  kvtransfer::FaultSpec spec;
+  spec.fail_after_writes = 2;
+  c.faults().set_faults(spec);
+  const Want w = Reference(Tokens("The sun was hot and the sky was blue."), 8, {});
+  auto run = Start(c, w, "failed");
+  EXPECT_THAT(run->call->Wait(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("injected failure")));
+  ASSERT_TRUE(run->sink->WaitDone());
+  EXPECT_THAT(run->sink->status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("reservation deadline")));
+  EXPECT_TRUE(c.PoolsBackToZero());
+  // The cluster still serves once the transport heals.
+  c.faults().set_faults({});
+  const Want ok = Reference(Tokens("Tom saw a dog."), 8, {});
+  auto again = Start(c, ok, "healed");
+  ASSERT_OK(again->call->Wait().status());
+  ASSERT_TRUE(again->sink->WaitDone());
+  EXPECT_EQ(again->sink->tokens(), ok.tokens);
+  EXPECT_TRUE(c.PoolsBackToZero());
+}
+
+TEST(WorkerLoopbackTest, CancelledPrefillFreesBlocksAfterItsWrites) {
+  Cluster c(Options{});
+  kvtransfer::FaultSpec spec;
+  spec.delay = absl::Milliseconds(200);  // writes stay in flight
+  c.faults().set_faults(spec);
+  const Want w = Reference(Tokens("Sara had a toy car and a red hat."), 8, {});
+  decode_worker::RequestSpec rs;
+  rs.request_id = "cancelled";
+  rs.prompt = w.prompt;
+  rs.max_tokens = w.max_tokens;
+  Sink sink;
+  c.decode().SubmitReserve(c.decode().NewRequestKey(), rs, &sink);
+  decode_worker::Reservation res;
+  ASSERT_TRUE(sink.WaitReservation(&res));
+  Call call;
+  const SequenceId key = c.prefill().NewRequestKey();
+  c.prefill().Submit(key, Cluster::JobFor(res, w.prompt, w.sampling), &call);
+  absl::SleepFor(absl::Milliseconds(50));
+  c.prefill().CancelKey(key);
+  EXPECT_THAT(call.Wait(), StatusIs(absl::StatusCode::kCancelled, ::testing::_));
+  absl::Notification cancelled;
+  c.decode().Cancel("cancelled", [&](bool found) {
+    EXPECT_TRUE(found);
+    cancelled.Notify();
+  });
+  ASSERT_TRUE(cancelled.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  ASSERT_TRUE(sink.WaitDone());
+  EXPECT_THAT(sink.status(), StatusIs(absl::StatusCode::kCancelled, ::testing::_));
+  EXPECT_TRUE(c.PoolsBackToZero());
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,90 @@
+// Router config: YAML parsing (every section, durations, relative model
+// paths) and validation errors naming the key.
+
+#include "router/config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tandem::router {
+namespace {
+
+using ::tandem::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(RouterConfigTest, ParsesEverySection) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfigYaml(R"(
+grpc_address: 127.0.0.1:0
+http_address: 127.0.0.1:0
+mode: colocated
+max_route_attempts: 3
+models:
+  - name: tiny
+    path: models/tiny.gguf
+    chat_template: llama3
+    worker_model: llama
+workers:
+  static: [10.0.0.1:7001, 10.0.0.2:7001]
+  dns: decode.default.svc.cluster.local:7001
+  dns_refresh: 2s
+  heartbeat_timeout: 1500ms
+limits:
+  max_inflight: 4
+  retry_after: 2s
+  max_n: 2
+  default_timeout: 1m
+)",
+                                                         "/etc/tandem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->grpc_address, "127.0.0.1:0");
+  EXPECT_EQ(c->mode, RoutingMode::kColocated);
+  EXPECT_EQ(c->max_route_attempts, 3);
+  ASSERT_EQ(c->models.size(), 1u);
+  EXPECT_EQ(c->models[0].name, "tiny");
+  EXPECT_EQ(c->models[0].path, "/etc/tandem/models/tiny.gguf");
+  EXPECT_EQ(c->models[0].chat_template, "llama3");
+  EXPECT_EQ(c->models[0].worker_model, "llama");
+  EXPECT_THAT(c->discovery.static_workers, ElementsAre("10.0.0.1:7001", "10.0.0.2:7001"));
+  EXPECT_THAT(c->discovery.dns_workers, ElementsAre("decode.default.svc.cluster.local:7001"));
+  EXPECT_EQ(c->discovery.dns_refresh, absl::Seconds(2));
+  EXPECT_EQ(c->discovery.heartbeat_timeout, absl::Milliseconds(1500));
+  EXPECT_EQ(c->limits.max_inflight, 4);
+  EXPECT_EQ(c->limits.default_timeout, absl::Minutes(1));
+  EXPECT_TRUE(c->Validate().ok()) << c->Validate();
+}
+
+TEST(RouterConfigTest, Defaults) {
+  RouterConfig c;
+  EXPECT_EQ(c.discovery.heartbeat_timeout, absl::Seconds(3));
+  EXPECT_EQ(c.mode, RoutingMode::kAuto);
+  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("models")));
+}
+
+TEST(RouterConfigTest, ErrorsNameTheKey) {
+  EXPECT_THAT(ParseRouterConfigYaml("limits: {max_n: lots}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("limits.max_n")));
+  EXPECT_THAT(ParseRouterConfigYaml("limitz: {}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown key 'limitz'")));
+  EXPECT_THAT(ParseRouterConfigYaml("workers: {heartbeat_timeout: soon}"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("workers.heartbeat_timeout")));
+  EXPECT_THAT(ParseRouterConfigYaml("mode: sideways"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sideways")));
+  EXPECT_THAT(ParseRouterConfigYaml("models: [ {path: a.gguf, colour: red} ]"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("models[0].colour")));
+  EXPECT_THAT(ParseRouterConfigYaml("grpc_address: [unclosed"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("line 1")));
+  RouterConfig c;
+  c.models.push_back({"", "a.gguf", "", ""});
+  c.limits.max_inflight = 0;
+  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("limits.max_inflight")));
+  c.limits.max_inflight = 1;
+  c.discovery.static_workers = {"no-port"};
+  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no-port")));
+}
+
+}  // namespace
+}  // namespace tandem::router

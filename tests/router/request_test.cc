@@ -1,0 +1,339 @@
+// Request validation and every bad-input case, as the three fronts see it:
+// the absl::Status from PrepareRequest / ParseOpenAiRequest, the HTTP status
+// and OpenAI error body the HTTP front sends, and the gRPC code.
+
+#include "router/request.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "common/grpc_status.h"
+#include "nlohmann/json.hpp"
+#include "router/api_error.h"
+#include "router/openai.h"
+#include "tests/router/router_test_util.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tandem::router {
+namespace {
+
+using ::tandem::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class RequestTest : public ::testing::Test {
+ protected:
+  RequestTest() : catalog_(testing::StoriesCatalog()) {}
+
+  const ServedModel& model() const { return *catalog_.models()[0]; }
+  int32_t ctx() const { return model().context_length(); }
+
+  // Parses an OpenAI body and prepares it; the status the HTTP front sends.
+  absl::Status Http(OpenAiEndpoint ep, const std::string& body) {
+    absl::StatusOr<OpenAiRequest> r = ParseOpenAiRequest(ep, body);
+    if (!r.ok()) {
+      return r.status();
+    }
+    return PrepareRequest(r->gen, catalog_, limits_).status();
+  }
+
+  // Checks the whole client-visible error: HTTP status, OpenAI body, gRPC code.
+  void ExpectClientError(const absl::Status& s, int http, const std::string& param,
+                         const std::string& message_part) {
+    EXPECT_EQ(HttpStatusFor(s.code()), http) << s;
+    nlohmann::json body = nlohmann::json::parse(OpenAiErrorJson(s));
+    ASSERT_TRUE(body.contains("error")) << body;
+    const nlohmann::json& e = body["error"];
+    EXPECT_THAT(e["message"].get<std::string>(), HasSubstr(message_part)) << body;
+    EXPECT_EQ(e["type"], http == 400 ? "invalid_request_error" : OpenAiErrorType(s.code()));
+    if (param.empty()) {
+      EXPECT_TRUE(e["param"].is_null()) << body;
+    } else {
+      EXPECT_EQ(e["param"], param) << body;
+    }
+    EXPECT_TRUE(e["code"].is_string()) << body;
+    // The gRPC front sends the same status: INVALID_ARGUMENT for bad input.
+    if (http == 400) {
+      EXPECT_EQ(ToGrpcStatus(s).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+      EXPECT_EQ(ToGrpcStatus(s).error_message(), std::string(s.message()));
+    }
+  }
+
+  ModelCatalog catalog_;
+  LimitsConfig limits_;
+};
+
+TEST_F(RequestTest, GoodCompletionIsTokenized) {
+  absl::StatusOr<OpenAiRequest> r = ParseOpenAiRequest(
+      OpenAiEndpoint::kCompletions,
+      R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":8,"temperature":0})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<PreparedRequest> p = PrepareRequest(r->gen, catalog_, limits_);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->model, &model());
+  EXPECT_EQ(p->max_tokens, 8);
+  EXPECT_GT(p->prompt_ids.size(), 2u);
+  EXPECT_EQ(p->prompt_ids[0], model().tokenizer().bos_id());
+  EXPECT_EQ(p->sampling.temperature, 0.0f);
+  EXPECT_FALSE(p->request_id.empty());
+}
+
+TEST_F(RequestTest, DefaultsFollowOpenAi) {
+  absl::StatusOr<OpenAiRequest> r =
+      ParseOpenAiRequest(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->gen.max_tokens, 16);
+  EXPECT_EQ(r->gen.sampling.temperature, 1.0f);
+  EXPECT_EQ(r->gen.n, 1);
+  // An empty model means the only served one.
+  absl::StatusOr<PreparedRequest> p = PrepareRequest(r->gen, catalog_, limits_);
+  ASSERT_TRUE(p.ok()) << p.status();
+  // Chat without max_tokens: the router default, capped by the context.
+  absl::StatusOr<OpenAiRequest> c = ParseOpenAiRequest(
+      OpenAiEndpoint::kChat, R"({"messages":[{"role":"user","content":"Hi"}]})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<PreparedRequest> pc = PrepareRequest(c->gen, catalog_, limits_);
+  ASSERT_TRUE(pc.ok()) << pc.status();
+  EXPECT_EQ(pc->max_tokens,
+            std::min<int32_t>(limits_.default_max_tokens, ctx() - pc->prompt_ids.size()));
+  EXPECT_TRUE(pc->chat);
+  // The chatml fallback's end-of-turn marker is an extra stop string.
+  EXPECT_THAT(pc->stop_strings, ::testing::Contains("<|im_end|>"));
+}
+
+TEST_F(RequestTest, MalformedJson) {
+  absl::Status s = Http(OpenAiEndpoint::kCompletions, R"({"prompt": "Hi", )");
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Invalid JSON")));
+  ExpectClientError(s, 400, "", "Invalid JSON");
+  EXPECT_EQ(ErrorCode(s), "invalid_json");
+  ExpectClientError(Http(OpenAiEndpoint::kChat, "[1,2]"), 400, "", "JSON object");
+  ExpectClientError(Http(OpenAiEndpoint::kChat, ""), 400, "", "Invalid JSON");
+}
+
+TEST_F(RequestTest, InvalidUtf8) {
+  // Raw 0xFF inside a JSON string: rejected by the JSON parser, no crash.
+  std::string body = "{\"prompt\":\"Hi \xff there\"}";
+  absl::Status s = Http(OpenAiEndpoint::kCompletions, body);
+  ExpectClientError(s, 400, "", "Invalid JSON");
+  // The error body itself stays valid UTF-8 JSON.
+  EXPECT_NO_THROW(nlohmann::json::parse(OpenAiErrorJson(s)));
+  // Invalid UTF-8 arriving without JSON (gRPC): PrepareRequest names it.
+  GenerationRequest g;
+  g.prompt_text = std::string("ok \xc3\x28 bad");
+  absl::Status p = PrepareRequest(g, catalog_, limits_).status();
+  EXPECT_THAT(p, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not valid UTF-8")));
+  ExpectClientError(p, 400, "prompt", "byte 3");
+  // Overlong encodings and surrogates are invalid too.
+  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));
+  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));
+  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));
+  EXPECT_TRUE(IsValidUtf8("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80"));
+  // Stop strings and chat content are checked as well.
+  GenerationRequest st;
+  st.prompt_text = "Hi";
+  st.sampling.stop_strings = {"\xe2\x82"};
+  ExpectClientError(PrepareRequest(st, catalog_, limits_).status(), 400, "stop", "UTF-8");
+  GenerationRequest chat;
+  chat.messages = std::vector<ChatMessage>{{"user", "\x80"}};
+  ExpectClientError(PrepareRequest(chat, catalog_, limits_).status(), 400,
+                    "messages[0].content", "UTF-8");
+}
+
+TEST_F(RequestTest, UnknownModel) {
+  absl::Status s =
+      Http(OpenAiEndpoint::kCompletions, R"({"model":"gpt-17","prompt":"Hi","max_tokens":4})");
+  ExpectClientError(s, 400, "model", "gpt-17");
+  EXPECT_THAT(std::string(s.message()), HasSubstr("stories260K"));  // lists what is served
+  EXPECT_EQ(ErrorCode(s), "model_not_found");
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"model":7,"prompt":"Hi"})"), 400,
+                    "model", "must be a string");
+}
+
+TEST_F(RequestTest, PromptPlusMaxTokensOverContext) {
+  const std::string body = absl::StrCat(R"({"prompt":"Once upon a time","max_tokens":)", ctx(),
+                                        "}");
+  absl::Status s = Http(OpenAiEndpoint::kCompletions, body);
+  ExpectClientError(s, 400, "max_tokens", "maximum context length");
+  EXPECT_EQ(ErrorCode(s), "context_length_exceeded");
+  // The prompt alone over the context: named on the prompt.
+  std::vector<int32_t> ids(ctx() + 5, 100);
+  GenerationRequest g;
+  g.prompt_ids = ids;
+  g.max_tokens = 1;
+  absl::Status p = PrepareRequest(g, catalog_, limits_).status();
+  ExpectClientError(p, 400, "prompt", "the prompt has");
+  // And the configured prompt limit.
+  limits_.max_prompt_tokens = 3;
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Once upon a time"})"), 400,
+                    "prompt", "at most 3");
+  // Exactly at the context is fine.
+  limits_.max_prompt_tokens = 0;
+  GenerationRequest fit;
+  fit.prompt_ids = std::vector<int32_t>{1, 100, 101};
+  fit.max_tokens = ctx() - 3;
+  EXPECT_TRUE(PrepareRequest(fit, catalog_, limits_).ok());
+}
+
+TEST_F(RequestTest, MaxTokensNotPositive) {
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","max_tokens":0})"), 400,
+                    "max_tokens", "at least 1, got 0");
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","max_tokens":-5})"), 400,
+                    "max_tokens", "got -5");
+  ExpectClientError(
+      Http(OpenAiEndpoint::kChat,
+           R"({"messages":[{"role":"user","content":"Hi"}],"max_completion_tokens":0})"),
+      400, "max_tokens", "at least 1");
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","max_tokens":"ten"})"),
+                    400, "max_tokens", "must be an integer");
+  ExpectClientError(
+      Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","max_tokens":99999999999999})"), 400,
+      "max_tokens", "maximum context length");
+}
+
+TEST_F(RequestTest, NAndLogprobsCaps) {
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","n":9})"), 400, "n",
+                    "n must be in [1, 8], got 9");
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","n":0})"), 400, "n",
+                    "got 0");
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","logprobs":21})"), 400,
+                    "logprobs", "logprobs must be in [0, 20], got 21");
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","logprobs":-1})"), 400,
+                    "logprobs", ">= 0");
+  ExpectClientError(
+      Http(OpenAiEndpoint::kChat,
+           R"({"messages":[{"role":"user","content":"Hi"}],"logprobs":true,"top_logprobs":30})"),
+      400, "top_logprobs", "top_logprobs must be in [0, 20], got 30");
+  ExpectClientError(
+      Http(OpenAiEndpoint::kChat,
+           R"({"messages":[{"role":"user","content":"Hi"}],"top_logprobs":2})"),
+      400, "top_logprobs", "requires 'logprobs'");
+  limits_.max_n = 2;
+  limits_.max_logprobs = 5;
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","n":3})"), 400, "n",
+                    "[1, 2]");
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","logprobs":6})"), 400,
+                    "logprobs", "[0, 5]");
+  EXPECT_TRUE(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","n":2,"logprobs":5})").ok());
+}
+
+TEST_F(RequestTest, OutOfRangeTokenIds) {
+  const int32_t vocab = model().vocab_size();
+  absl::Status s = Http(OpenAiEndpoint::kCompletions,
+                        absl::StrCat(R"({"prompt":[1, 50, )", vocab, "]}"));
+  ExpectClientError(s, 400, "prompt", absl::StrCat("token id ", vocab, " at index 2"));
+  EXPECT_EQ(ErrorCode(s), "invalid_token_id");
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":[[1, -3]]})"), 400, "prompt",
+                    "token id -3 at index 1");
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":[1, 99999999999]})"), 400,
+                    "prompt", "outside the vocabulary");
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":[1, 2.5]})"), 400, "prompt",
+                    "integer token id");
+  // In range, as ids and as a one-element batch.
+  EXPECT_TRUE(Http(OpenAiEndpoint::kCompletions, R"({"prompt":[1, 50, 60]})").ok());
+  EXPECT_TRUE(Http(OpenAiEndpoint::kCompletions, R"({"prompt":[[1, 50, 60]]})").ok());
+  // Stop token ids are checked the same way.
+  ExpectClientError(
+      Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","stop_token_ids":[100000]})"), 400,
+      "stop_token_ids", "outside the vocabulary");
+}
+
+TEST_F(RequestTest, PromptShapes) {
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"max_tokens":3})"), 400, "prompt",
+                    "'prompt' is required");
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":[]})"), 400, "prompt",
+                    "must not be empty");
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":["a","b"]})"), 400, "prompt",
+                    "batched prompts");
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":{"x":1}})"), 400, "prompt",
+                    "must be a string");
+  // An empty string still has BOS; without BOS it is empty.
+  GenerationRequest g;
+  g.prompt_text = "";
+  g.add_special_tokens = false;
+  ExpectClientError(PrepareRequest(g, catalog_, limits_).status(), 400, "prompt", "empty");
+}
+
+TEST_F(RequestTest, ChatShapes) {
+  ExpectClientError(Http(OpenAiEndpoint::kChat, R"({"messages":[]})"), 400, "messages",
+                    "at least one message");
+  ExpectClientError(Http(OpenAiEndpoint::kChat, R"({"model":"stories260K"})"), 400, "messages",
+                    "'messages' is required");
+  ExpectClientError(Http(OpenAiEndpoint::kChat, R"({"messages":[{"content":"x"}]})"), 400,
+                    "messages[0].role", "must be a string");
+  ExpectClientError(Http(OpenAiEndpoint::kChat, R"({"messages":[{"role":"wizard","content":"x"}]})"),
+                    400, "messages[0].role", "unknown role 'wizard'");
+  ExpectClientError(
+      Http(OpenAiEndpoint::kChat,
+           R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})"),
+      400, "messages[0].content[0]", "only {\"type\": \"text\"");
+  EXPECT_TRUE(Http(OpenAiEndpoint::kChat,
+                   R"({"messages":[{"role":"system","content":"Be brief."},)"
+                   R"({"role":"user","content":[{"type":"text","text":"Hi"}]}]})")
+                  .ok());
+  ExpectClientError(
+      Http(OpenAiEndpoint::kChat,
+           R"({"messages":[{"role":"user","content":"Hi"}],"tools":[{"type":"function"}]})"),
+      400, "tools", "not supported");
+}
+
+TEST_F(RequestTest, StopStrings) {
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","stop":""})"), 400,
+                    "stop", "stop[0] is empty");
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","stop":[1]})"), 400,
+                    "stop", "must be a string or an array");
+  limits_.max_stop_strings = 2;
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","stop":["a","b","c"]})"),
+                    400, "stop", "at most 2 stop strings");
+  limits_.max_stop_string_bytes = 4;
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","stop":"hello"})"), 400,
+                    "stop", "5 bytes");
+  absl::StatusOr<OpenAiRequest> ok =
+      ParseOpenAiRequest(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","stop":["a","bb"]})");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->gen.sampling.stop_strings, (std::vector<std::string>{"a", "bb"}));
+}
+
+TEST_F(RequestTest, SamplingRanges) {
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","temperature":-1})"),
+                    400, "temperature", "temperature");
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","top_p":1.5})"), 400,
+                    "top_p", "top_p must be in (0, 1]");
+  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","temperature":"hot"})"),
+                    400, "temperature", "must be a number");
+  ExpectClientError(
+      Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","presence_penalty":0.5})"), 400,
+      "presence_penalty", "not supported");
+  EXPECT_TRUE(
+      Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","presence_penalty":0,"seed":7})").ok());
+}
+
+TEST_F(RequestTest, StreamOptions) {
+  ExpectClientError(
+      Http(OpenAiEndpoint::kCompletions,
+           R"({"prompt":"Hi","stream_options":{"include_usage":true}})"),
+      400, "stream_options", "only allowed when 'stream' is true");
+  absl::StatusOr<OpenAiRequest> r = ParseOpenAiRequest(
+      OpenAiEndpoint::kChat, R"({"messages":[{"role":"user","content":"Hi"}],"stream":true,)"
+                             R"("stream_options":{"include_usage":true}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+}
+
+TEST(ApiErrorTest, StatusMapping) {
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kInvalidArgument), 400);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kResourceExhausted), 429);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kUnavailable), 503);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kDeadlineExceeded), 504);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kNotFound), 404);
+  EXPECT_EQ(HttpStatusFor(absl::StatusCode::kInternal), 500);
+  EXPECT_EQ(OpenAiErrorType(absl::StatusCode::kResourceExhausted), "rate_limit_error");
+  EXPECT_EQ(OpenAiErrorType(absl::StatusCode::kUnavailable), "server_error");
+  nlohmann::json j = nlohmann::json::parse(
+      OpenAiErrorJson(absl::ResourceExhaustedError("the router is at capacity")));
+  EXPECT_EQ(j["error"]["code"], "resource_exhausted");
+  EXPECT_TRUE(j["error"]["param"].is_null());
+  EXPECT_EQ(RetryAfterSeconds(absl::Milliseconds(1500)), "2");
+  EXPECT_EQ(RetryAfterSeconds(absl::ZeroDuration()), "1");
+}
+
+}  // namespace
+}  // namespace tandem::router

@@ -1,0 +1,586 @@
+// The router end to end in one process: the real gRPC and HTTP fronts,
+// watcher and router against FakeWorkers (small real gRPC servers). Covers
+// the request path (colocated and disaggregated), streaming, stop strings,
+// cancellation both ways, worker death and heartbeat loss mid-stream,
+// retries, admission (429 / RESOURCE_EXHAUSTED), deadlines and bad input.
+
+#include <httplib.h>
+
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "router/request.h"
+#include "tests/router/fake_worker.h"
+#include "tests/router/router_harness.h"
+
+namespace tandem::router {
+namespace {
+
+namespace v1 = ::tandem::v1;
+using json = nlohmann::json;
+using testing::FakeWorker;
+using testing::RouterHarness;
+using ::testing::HasSubstr;
+
+struct GrpcResult {
+  grpc::Status status;
+  std::vector<v1::GenerateResponse> messages;
+  std::string text;
+  absl::Duration elapsed;
+};
+
+GrpcResult Generate(v1::Generation::Stub& stub, const v1::GenerateRequest& req,
+                    absl::Duration deadline = absl::Seconds(30), int cancel_after = -1) {
+  GrpcResult r;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  const absl::Time start = absl::Now();
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub.Generate(&ctx, req);
+  v1::GenerateResponse m;
+  while (reader->Read(&m)) {
+    r.text += m.text();
+    r.messages.push_back(m);
+    if (cancel_after >= 0 && static_cast<int>(r.messages.size()) >= cancel_after) {
+      ctx.TryCancel();
+    }
+  }
+  r.status = reader->Finish();
+  r.elapsed = absl::Now() - start;
+  return r;
+}
+
+v1::GenerateRequest TextRequest(const std::string& text, int max_tokens = 32) {
+  v1::GenerateRequest r;
+  r.set_model("stories260K");
+  r.set_text(text);
+  r.set_max_tokens(max_tokens);
+  r.set_add_special_tokens(true);
+  return r;
+}
+
+// Waits (bounded) until `pred` holds.
+::testing::AssertionResult Eventually(std::function<bool()> pred, const std::string& what,
+                                      absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time give_up = absl::Now() + timeout;
+  while (absl::Now() < give_up) {
+    if (pred()) {
+      return ::testing::AssertionSuccess();
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return ::testing::AssertionFailure() << "timed out after " << absl::FormatDuration(timeout)
+                                       << " waiting for " << what;
+}
+
+// SSE "data:" payloads of a stream body.
+std::vector<std::string> SseData(const std::string& body) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(body, '\n')) {
+    if (absl::ConsumePrefix(&line, "data: ")) {
+      out.emplace_back(line);
+    }
+  }
+  return out;
+}
+
+class RouterServiceTest : public ::testing::Test {
+ protected:
+  RouterServiceTest() : catalog_(testing::StoriesCatalog()) {}
+
+  const Tokenizer& tok() { return catalog_.models()[0]->tokenizer(); }
+  std::vector<int32_t> Ids(const std::string& text) {
+    absl::StatusOr<std::vector<TokenId>> ids = tok().Encode(text, false, false);
+    EXPECT_TRUE(ids.ok());
+    return *ids;
+  }
+
+  std::unique_ptr<FakeWorker> Worker(v1::WorkerRole role, int free_blocks = 100) {
+    FakeWorker::Options o;
+    o.role = role;
+    o.free_blocks = free_blocks;
+    std::unique_ptr<FakeWorker> w = FakeWorker::Start(o);
+    EXPECT_NE(w, nullptr);
+    w->SetScript(Ids("Hello world. The end."));
+    return w;
+  }
+
+  std::unique_ptr<RouterHarness> Router(std::vector<std::string> workers,
+                                        void (*tweak)(RouterConfig&) = nullptr) {
+    RouterConfig c;
+    c.discovery.static_workers = std::move(workers);
+    c.discovery.backoff_initial = absl::Milliseconds(20);
+    c.discovery.backoff_max = absl::Milliseconds(200);
+    if (tweak != nullptr) {
+      tweak(c);
+    }
+    return std::make_unique<RouterHarness>(c);
+  }
+
+  ModelCatalog catalog_;
+};
+
+TEST_F(RouterServiceTest, GrpcStreamsFromColocatedWorker) {
+  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
+  auto h = Router({w->address()});
+  ASSERT_TRUE(h->WaitForLive(1));
+  GrpcResult r = Generate(h->stub(), TextRequest("Once upon a time"));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, " Hello world. The end.");
+  ASSERT_GE(r.messages.size(), 3u);
+  // Route first and last; finish reason, usage and timings last.
+  EXPECT_EQ(r.messages.front().route().decode_worker(), w->address());
+  EXPECT_TRUE(r.messages.front().route().colocated());
+  const v1::GenerateResponse& last = r.messages.back();
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(last.usage().completion_tokens(), static_cast<int>(Ids("Hello world. The end.").size()));
+  EXPECT_GT(last.usage().prompt_tokens(), 1);
+  EXPECT_GT(last.timings().total_seconds(), 0);
+  EXPECT_EQ(last.route().decode_worker(), w->address());
+  // The worker got the tokenized prompt with BOS.
+  EXPECT_EQ(w->last_submit().prompt_ids(0), tok().bos_id());
+  EXPECT_EQ(w->last_submit().max_tokens(), 32);
+}
+
+TEST_F(RouterServiceTest, DisaggregatedReserveThenPrefillThenTokens) {
+  auto p = Worker(v1::WORKER_ROLE_PREFILL);
+  auto d = Worker(v1::WORKER_ROLE_DECODE);
+  auto h = Router({p->address(), d->address()});
+  ASSERT_TRUE(h->WaitForLive(2));
+  GrpcResult r = Generate(h->stub(), TextRequest("Once upon a time"));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, " Hello world. The end.");
+  EXPECT_FALSE(r.messages.back().route().colocated());
+  EXPECT_EQ(r.messages.back().route().prefill_worker(), p->address());
+  EXPECT_EQ(r.messages.back().route().decode_worker(), d->address());
+  EXPECT_EQ(d->commits(), 1);
+  EXPECT_EQ(p->requests(), 1);
+  EXPECT_GT(r.messages.back().timings().prefill_seconds(), 0);
+}
+
+TEST_F(RouterServiceTest, MultiByteCharacterNeverSplitAcrossMessages) {
+  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
+  // "a€😀b" as single-byte tokens.
+  std::vector<int32_t> script;
+  for (unsigned char b : std::string("a\xE2\x82\xAC\xF0\x9F\x98\x80" "b")) {
+    script.push_back(3 + b);
+  }
+  w->SetScript(script);
+  auto h = Router({w->address()});
+  ASSERT_TRUE(h->WaitForLive(1));
+  GrpcResult r = Generate(h->stub(), TextRequest("x"));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  for (const v1::GenerateResponse& m : r.messages) {
+    EXPECT_TRUE(IsValidUtf8(m.text())) << "a message split a code point";
+  }
+  EXPECT_EQ(r.text, "a\xE2\x82\xAC\xF0\x9F\x98\x80" "b");
+  // The same over SSE.
+  httplib::Client cli("127.0.0.1", h->http_port());
+  auto res = cli.Post("/v1/completions", R"({"prompt":"x","stream":true,"max_tokens":20})",
+                      "application/json");
+  ASSERT_TRUE(res);
+  std::string text;
+  for (const std::string& d : SseData(res->body)) {
+    if (d == "[DONE]") {
+      continue;
+    }
+    json j = json::parse(d);  // throws on invalid UTF-8
+    text += j["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, "a\xE2\x82\xAC\xF0\x9F\x98\x80" "b");
+}
+
+TEST_F(RouterServiceTest, StopStringEndsAndCancelsDecode) {
+  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
+  w->SetScript(Ids("Hello world. The end. And then more and more and more text follows."));
+  w->SetTokenDelay(absl::Milliseconds(20));
+  auto h = Router({w->address()});
+  ASSERT_TRUE(h->WaitForLive(1));
+  v1::GenerateRequest req = TextRequest("Once", 100);
+  req.mutable_sampling()->add_stop(". The");
+  GrpcResult r = Generate(h->stub(), req);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, " Hello world");
+  EXPECT_EQ(r.messages.back().finish_reason(), v1::FINISH_REASON_STOP);
+  // The decode worker's stream was cancelled, not run to the end.
+  EXPECT_TRUE(Eventually([&] { return w->cancelled() == 1; }, "the worker to see the cancel"));
+  EXPECT_EQ(w->active_streams(), 0);
+}
+
+TEST_F(RouterServiceTest, MaxTokensEnforcedByRouter) {
+  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
+  auto h = Router({w->address()});
+  ASSERT_TRUE(h->WaitForLive(1));
+  GrpcResult r = Generate(h->stub(), TextRequest("Once", 2));
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_EQ(r.messages.back().usage().completion_tokens(), 2);
+  EXPECT_EQ(r.messages.back().finish_reason(), v1::FINISH_REASON_LENGTH);
+}
+
+TEST_F(RouterServiceTest, GrpcClientCancelCancelsDecode) {
+  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
+  w->SetScript(std::vector<int32_t>(200, 100));
+  w->SetTokenDelay(absl::Milliseconds(20));
+  auto h = Router({w->address()});
+  ASSERT_TRUE(h->WaitForLive(1));
+  GrpcResult r = Generate(h->stub(), TextRequest("Once", 200), absl::Seconds(30), 3);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(Eventually([&] { return w->cancelled() == 1; }, "the worker to see the cancel"));
+  EXPECT_TRUE(Eventually([&] { return h->router().inflight() == 0; }, "the request to end"));
+}
+
+TEST_F(RouterServiceTest, HttpClientDisconnectCancelsDecode) {
+  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
+  w->SetScript(std::vector<int32_t>(300, 100));
+  w->SetTokenDelay(absl::Milliseconds(10));
+  auto h = Router({w->address()});
+  ASSERT_TRUE(h->WaitForLive(1));
+  httplib::Client cli("127.0.0.1", h->http_port());
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = R"({"prompt":"Once","stream":true,"max_tokens":300})";
+  req.set_header("Content-Type", "application/json");
+  int chunks = 0;
+  req.content_receiver = [&chunks](const char*, size_t, uint64_t, uint64_t) {
+    return ++chunks < 3;  // hang up after a few chunks
+  };
+  auto res = cli.send(req);
+  EXPECT_GE(chunks, 3);
+  EXPECT_TRUE(Eventually([&] { return w->cancelled() == 1; }, "the worker to see the cancel"));
+  EXPECT_TRUE(Eventually([&] { return h->router().inflight() == 0; }, "the request to end"));
+}
+
+TEST_F(RouterServiceTest, DecodeDiesMidStreamGrpcGetsUnavailable) {
+  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
+  w->SetFailure(FakeWorker::Failure::kDieMidStream, 2);
+  auto h = Router({w->address()});
+  ASSERT_TRUE(h->WaitForLive(1));
+  GrpcResult r = Generate(h->stub(), TextRequest("Once"));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE) << r.status.error_message();
+  EXPECT_THAT(r.status.error_message(), HasSubstr(w->address()));
+  EXPECT_LT(r.elapsed, absl::Seconds(5));
+  EXPECT_FALSE(r.text.empty());  // what came before the failure was delivered
+}
+
+TEST_F(RouterServiceTest, DecodeDiesMidStreamSseGetsErrorEvent) {
+  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
+  w->SetFailure(FakeWorker::Failure::kDieMidStream, 2);
+  auto h = Router({w->address()});
+  ASSERT_TRUE(h->WaitForLive(1));
+  httplib::Client cli("127.0.0.1", h->http_port());
+  const absl::Time start = absl::Now();
+  auto res = cli.Post("/v1/chat/completions",
+                      R"({"messages":[{"role":"user","content":"Hi"}],"stream":true})",
+                      "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(res->status, 200);  // the stream had started
+  std::vector<std::string> data = SseData(res->body);
+  ASSERT_GE(data.size(), 2u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  json err = json::parse(data[data.size() - 2]);
+  ASSERT_TRUE(err.contains("error")) << err;
+  EXPECT_EQ(err["error"]["code"], "unavailable");
+  EXPECT_THAT(err["error"]["message"].get<std::string>(), HasSubstr(w->address()));
+}
+
+TEST_F(RouterServiceTest, HungWorkerWithoutHeartbeatsFailsWithinFiveSeconds) {
+  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
+  w->SetFailure(FakeWorker::Failure::kHangMidStream, 2);
+  auto h = Router({w->address()});  // default heartbeat timeout: 3 s
+  ASSERT_TRUE(h->WaitForLive(1));
+  std::thread pause([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    w->PauseHeartbeats(true);
+  });
+  GrpcResult r = Generate(h->stub(), TextRequest("Once"));
+  pause.join();
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE) << r.status.error_message();
+  EXPECT_THAT(r.status.error_message(), HasSubstr("heartbeat"));
+  EXPECT_LT(r.elapsed, absl::Seconds(5));
+  EXPECT_TRUE(Eventually([&] { return w->cancelled() == 1; }, "the hung stream to be cancelled"));
+  // Out of rotation: a new request finds no worker.
+  GrpcResult again = Generate(h->stub(), TextRequest("Once"));
+  EXPECT_EQ(again.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(again.status.error_message(), HasSubstr("no live worker"));
+  // Heartbeats resume (the watcher reconnects): back in rotation.
+  w->PauseHeartbeats(false);
+  w->SetFailure(FakeWorker::Failure::kNone);
+  ASSERT_TRUE(h->WaitForLive(1));
+  EXPECT_TRUE(Generate(h->stub(), TextRequest("Once")).status.ok());
+}
+
+TEST_F(RouterServiceTest, RetriesAnotherDecodeWorkerWhenReserveFails) {
+  auto p = Worker(v1::WORKER_ROLE_PREFILL);
+  auto bad = Worker(v1::WORKER_ROLE_DECODE, /*free_blocks=*/500);  // picked first
+  auto good = Worker(v1::WORKER_ROLE_DECODE, /*free_blocks=*/100);
+  bad->SetFailure(FakeWorker::Failure::kReserveUnavailable);
+  auto h = Router({p->address(), bad->address(), good->address()});
+  ASSERT_TRUE(h->WaitForLive(3));
+  GrpcResult r = Generate(h->stub(), TextRequest("Once"));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(bad->requests(), 1);
+  EXPECT_EQ(good->requests(), 1);
+  EXPECT_EQ(r.messages.back().route().decode_worker(), good->address());
+  EXPECT_EQ(r.text, " Hello world. The end.");
+}
+
+TEST_F(RouterServiceTest, PrefillFailureFailsTheRequestAndFreesTheReservation) {
+  auto bad = Worker(v1::WORKER_ROLE_PREFILL);
+  auto d = Worker(v1::WORKER_ROLE_DECODE);
+  bad->SetFailure(FakeWorker::Failure::kPrefillUnavailable);
+  auto h = Router({bad->address(), d->address()});
+  ASSERT_TRUE(h->WaitForLive(2));
+  // One prefill worker only: the retry finds none and the client is told why.
+  GrpcResult r = Generate(h->stub(), TextRequest("Once"));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("prefill worker"));
+  // The decode worker's reservation stream was cancelled, not left waiting.
+  EXPECT_TRUE(Eventually([&] { return d->active_streams() == 0; }, "the reservation to go"));
+}
+
+TEST_F(RouterServiceTest, AdmissionControl) {
+  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
+  w->SetScript(std::vector<int32_t>(100, 100));
+  w->SetTokenDelay(absl::Milliseconds(20));
+  auto h = Router({w->address()}, [](RouterConfig& c) { c.limits.max_inflight = 1; });
+  ASSERT_TRUE(h->WaitForLive(1));
+  std::thread first([&] { Generate(h->stub(), TextRequest("Once", 100)); });
+  ASSERT_TRUE(Eventually([&] { return h->router().inflight() == 1; }, "the first request"));
+  GrpcResult r = Generate(h->stub(), TextRequest("Once"));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  httplib::Client cli("127.0.0.1", h->http_port());
+  auto res = cli.Post("/v1/completions", R"({"prompt":"Once"})", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 429);
+  EXPECT_EQ(res->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(json::parse(res->body)["error"]["type"], "rate_limit_error");
+  first.join();
+  // Capacity is back.
+  EXPECT_TRUE(Generate(h->stub(), TextRequest("Once", 3)).status.ok());
+}
+
+TEST_F(RouterServiceTest, NoWorkersIsUnavailable) {
+  auto h = Router({});
+  GrpcResult r = Generate(h->stub(), TextRequest("Once"));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("no live worker"));
+  httplib::Client cli("127.0.0.1", h->http_port());
+  auto res = cli.Post("/v1/completions", R"({"prompt":"Once","stream":true})", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503);  // failed before streaming: a real status, not SSE
+  EXPECT_EQ(json::parse(res->body)["error"]["type"], "server_error");
+}
+
+TEST_F(RouterServiceTest, BadInputIsRejectedAndTheRouterKeepsServing) {
+  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
+  auto h = Router({w->address()});
+  ASSERT_TRUE(h->WaitForLive(1));
+  httplib::Client cli("127.0.0.1", h->http_port());
+  struct Bad {
+    const char* path;
+    std::string body;
+    const char* param;  // "" = null
+  };
+  const std::vector<Bad> bad = {
+      {"/v1/completions", "{not json", ""},
+      {"/v1/completions", "{\"prompt\":\"\xff\"}", ""},
+      {"/v1/completions", R"({"model":"nope","prompt":"x"})", "model"},
+      {"/v1/completions", R"({"prompt":"x","max_tokens":100000})", "max_tokens"},
+      {"/v1/completions", R"({"prompt":"x","max_tokens":0})", "max_tokens"},
+      {"/v1/completions", R"({"prompt":"x","n":100})", "n"},
+      {"/v1/completions", R"({"prompt":"x","logprobs":50})", "logprobs"},
+      {"/v1/completions", R"({"prompt":[1,2,100000]})", "prompt"},
+      {"/v1/chat/completions", R"({"messages":[]})", "messages"},
+  };
+  for (const Bad& b : bad) {
+    auto res = cli.Post(b.path, b.body, "application/json");
+    ASSERT_TRUE(res) << b.body;
+    EXPECT_EQ(res->status, 400) << b.body;
+    json e = json::parse(res->body);
+    ASSERT_TRUE(e.contains("error")) << res->body;
+    EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+    EXPECT_FALSE(e["error"]["message"].get<std::string>().empty());
+    if (std::string(b.param).empty()) {
+      EXPECT_TRUE(e["error"]["param"].is_null()) << res->body;
+    } else {
+      EXPECT_EQ(e["error"]["param"], b.param) << res->body;
+    }
+  }
+  // gRPC: INVALID_ARGUMENT naming the problem.
+  v1::GenerateRequest big = TextRequest("x", 100000);
+  GrpcResult r = Generate(h->stub(), big);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("maximum context length"));
+  v1::GenerateRequest ids;
+  ids.mutable_token_ids()->add_ids(-1);
+  EXPECT_EQ(Generate(h->stub(), ids).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::GenerateRequest model = TextRequest("x");
+  model.set_model("nope");
+  EXPECT_EQ(Generate(h->stub(), model).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Unknown routes get an OpenAI error body too.
+  auto nf = cli.Get("/v1/nothing");
+  ASSERT_TRUE(nf);
+  EXPECT_EQ(nf->status, 404);
+  EXPECT_TRUE(json::parse(nf->body).contains("error"));
+  // Still serving.
+  EXPECT_EQ(w->requests(), 0);
+  auto ok = cli.Post("/v1/completions", R"({"prompt":"Once","max_tokens":4})", "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+TEST_F(RouterServiceTest, ClientDeadlinePropagatesToWorkers) {
+  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
+  auto h = Router({w->address()});
+  ASSERT_TRUE(h->WaitForLive(1));
+  const absl::Time before = absl::Now();
+  ASSERT_TRUE(Generate(h->stub(), TextRequest("Once"), absl::Seconds(7)).status.ok());
+  ASSERT_EQ(w->deadlines().size(), 1u);
+  const absl::Duration left = w->deadlines()[0] - before;
+  EXPECT_LE(left, absl::Seconds(7) + absl::Milliseconds(50));
+  EXPECT_GT(left, absl::Seconds(6));
+  // A deadline that passes mid-stream ends the request DEADLINE_EXCEEDED.
+  w->SetScript(std::vector<int32_t>(100, 100));
+  w->SetTokenDelay(absl::Milliseconds(50));
+  GrpcResult r = Generate(h->stub(), TextRequest("Once", 100), absl::Milliseconds(300));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(Eventually([&] { return w->active_streams() == 0; }, "the worker to stop"));
+}
+
+TEST_F(RouterServiceTest, HttpCompletionsAndChat) {
+  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
+  auto h = Router({w->address()});
+  ASSERT_TRUE(h->WaitForLive(1));
+  httplib::Client cli("127.0.0.1", h->http_port());
+  auto res = cli.Post("/v1/completions", R"({"model":"stories260K","prompt":"Once","n":2})",
+                      "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_EQ(j["choices"][1]["text"], " Hello world. The end.");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 2 * static_cast<int>(Ids("Hello world. The end.").size()));
+  EXPECT_FALSE(res->get_header_value("X-Request-Id").empty());
+
+  auto chat = cli.Post("/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"Hi"}],"stream":true,)"
+                       R"("stream_options":{"include_usage":true}})",
+                       "application/json");
+  ASSERT_TRUE(chat);
+  ASSERT_EQ(chat->status, 200);
+  EXPECT_THAT(chat->get_header_value("Content-Type"), HasSubstr("text/event-stream"));
+  std::vector<std::string> data = SseData(chat->body);
+  ASSERT_GE(data.size(), 4u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  json role = json::parse(data[0]);
+  EXPECT_EQ(role["choices"][0]["delta"]["role"], "assistant");
+  json usage = json::parse(data[data.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_GT(usage["usage"]["prompt_tokens"].get<int>(), 1);
+  std::string text;
+  std::string finish;
+  for (size_t i = 0; i + 2 < data.size(); ++i) {
+    json c = json::parse(data[i]);
+    text += c["choices"][0]["delta"].value("content", "");
+    if (!c["choices"][0]["finish_reason"].is_null()) {
+      finish = c["choices"][0]["finish_reason"];
+    }
+  }
+  EXPECT_EQ(text, " Hello world. The end.");
+  EXPECT_EQ(finish, "stop");
+  // The chat prompt went through the chatml fallback template.
+  const v1::DecodeSubmit submit = w->last_submit();
+  std::string prompt = tok().Decode(
+      std::vector<int32_t>(submit.prompt_ids().begin(), submit.prompt_ids().end()));
+  EXPECT_THAT(prompt, HasSubstr("user\nHi"));
+}
+
+TEST_F(RouterServiceTest, ModelsTokenizeHealthAndMetrics) {
+  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
+  auto h = Router({w->address()});
+  ASSERT_TRUE(h->WaitForLive(1));
+  ASSERT_TRUE(Generate(h->stub(), TextRequest("Once")).status.ok());
+  grpc::ClientContext c1;
+  v1::ListModelsResponse models;
+  ASSERT_TRUE(h->stub().ListModels(&c1, v1::ListModelsRequest(), &models).ok());
+  ASSERT_EQ(models.models_size(), 1);
+  EXPECT_EQ(models.models(0).id(), "stories260K");
+  grpc::ClientContext c2;
+  v1::TokenizeRequest treq;
+  treq.set_text("Once upon");
+  v1::TokenizeResponse tresp;
+  ASSERT_TRUE(h->stub().Tokenize(&c2, treq, &tresp).ok());
+  EXPECT_EQ(tresp.ids_size(), tresp.pieces_size());
+  EXPECT_GT(tresp.ids_size(), 0);
+
+  httplib::Client cli("127.0.0.1", h->http_port());
+  auto m = cli.Get("/v1/models");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(json::parse(m->body)["data"][0]["id"], "stories260K");
+  auto health = cli.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["workers"]["colocated"], 1);
+  auto metrics = cli.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_THAT(metrics->body,
+              HasSubstr("tandem_router_requests_total{model=\"stories260K\",code=\"ok\"} 1"));
+  EXPECT_THAT(metrics->body, HasSubstr("tandem_router_workers_up{role=\"colocated\"} 1"));
+  EXPECT_THAT(metrics->body, HasSubstr("tandem_router_time_to_first_token_seconds_bucket"));
+  EXPECT_THAT(metrics->body, HasSubstr("tandem_router_time_per_output_token_seconds_count"));
+  EXPECT_THAT(metrics->body, HasSubstr("tandem_router_request_duration_seconds_count"));
+  EXPECT_THAT(metrics->body, HasSubstr("tandem_router_route_decisions_total"));
+}
+
+TEST_F(RouterServiceTest, LeastLoadedColocatedWorkerIsPicked) {
+  auto busy = Worker(v1::WORKER_ROLE_COLOCATED, 10);
+  auto idle = Worker(v1::WORKER_ROLE_COLOCATED, 90);
+  auto h = Router({busy->address(), idle->address()});
+  ASSERT_TRUE(h->WaitForLive(2));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(Generate(h->stub(), TextRequest("Once")).status.ok());
+  }
+  EXPECT_EQ(idle->requests(), 3);
+  EXPECT_EQ(busy->requests(), 0);
+}
+
+TEST_F(RouterServiceTest, ConcurrentRequestsAllComplete) {
+  auto a = Worker(v1::WORKER_ROLE_COLOCATED);
+  auto b = Worker(v1::WORKER_ROLE_COLOCATED);
+  a->SetTokenDelay(absl::Milliseconds(2));
+  b->SetTokenDelay(absl::Milliseconds(2));
+  auto h = Router({a->address(), b->address()});
+  ASSERT_TRUE(h->WaitForLive(2));
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&, i] {
+      if (i % 2 == 0) {
+        GrpcResult r = Generate(h->stub(), TextRequest("Once"));
+        ok += r.status.ok() && r.text == " Hello world. The end." ? 1 : 0;
+      } else {
+        httplib::Client cli("127.0.0.1", h->http_port());
+        auto res = cli.Post("/v1/completions", R"({"prompt":"Once","stream":true,"max_tokens":40})",
+                            "application/json");
+        ok += (res && res->status == 200 && SseData(res->body).back() == "[DONE]") ? 1 : 0;
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(ok.load(), 16);
+  // Both workers were used (local in-flight counts spread the load).
+  EXPECT_GT(a->requests(), 0);
+  EXPECT_GT(b->requests(), 0);
+  EXPECT_TRUE(Eventually([&] { return h->router().inflight() == 0; }, "all requests to end"));
+}
+
+}  // namespace
+}  // namespace tandem::router

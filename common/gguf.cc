@@ -71,37 +71,7 @@ uint64_t MinValueBytes(GgufValueType t) {
   return 1;
 }
 
-std::string ValueTypeName(GgufValueType t) {
-  switch (t) {
-    case GgufValueType::kUint8:
-      return "uint8";
-    case GgufValueType::kInt8:
-      return "int8";
-    case GgufValueType::kUint16:
-      return "uint16";
-    case GgufValueType::kInt16:
-      return "int16";
-    case GgufValueType::kUint32:
-      return "uint32";
-    case GgufValueType::kInt32:
-      return "int32";
-    case GgufValueType::kFloat32:
-      return "float32";
-    case GgufValueType::kBool:
-      return "bool";
-    case GgufValueType::kString:
-      return "string";
-    case GgufValueType::kArray:
-      return "array";
-    case GgufValueType::kUint64:
-      return "uint64";
-    case GgufValueType::kInt64:
-      return "int64";
-    case GgufValueType::kFloat64:
-      return "float64";
-  }
-  return absl::StrCat("value type ", static_cast<uint32_t>(t));
-}
+std::string ValueTypeName(GgufValueType t) { return GgufValueTypeName(t); }
 
 std::string DescribeType(const GgufValue& v) {
   if (v.type == GgufValueType::kArray) {
@@ -1194,6 +1164,38 @@ absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, Ggm
   rep.file_bytes_before = static_cast<int64_t>(std::filesystem::file_size(in, ec));
   rep.file_bytes_after = static_cast<int64_t>(std::filesystem::file_size(out, ec));
   return absl::OkStatus();
+}
+
+const char* GgufValueTypeName(GgufValueType type) {
+  switch (type) {
+    case GgufValueType::kUint8:
+      return "uint8";
+    case GgufValueType::kInt8:
+      return "int8";
+    case GgufValueType::kUint16:
+      return "uint16";
+    case GgufValueType::kInt16:
+      return "int16";
+    case GgufValueType::kUint32:
+      return "uint32";
+    case GgufValueType::kInt32:
+      return "int32";
+    case GgufValueType::kFloat32:
+      return "float32";
+    case GgufValueType::kBool:
+      return "bool";
+    case GgufValueType::kString:
+      return "string";
+    case GgufValueType::kArray:
+      return "array";
+    case GgufValueType::kUint64:
+      return "uint64";
+    case GgufValueType::kInt64:
+      return "int64";
+    case GgufValueType::kFloat64:
+      return "float64";
+  }
+  return "unknown";
 }
 
 }  // namespace tandem

@@ -24,6 +24,9 @@ enum class GgufValueType : uint32_t {
   kBool = 7, kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12,
 };
 
+// "uint8", "float32", "string", "array", ...
+const char* GgufValueTypeName(GgufValueType type);
+
 // One metadata value. Arrays hold elements of a single type; nested arrays are
 // allowed by the spec and kept.
 struct GgufValue {

@@ -40,43 +40,11 @@ constexpr char kKeyAddSpacePrefix[] = "tokenizer.ggml.add_space_prefix";
 
 // --- GGUF metadata -----------------------------------------------------------------
 
-const char* TypeName(GgufValueType type) {
-  switch (type) {
-    case GgufValueType::kUint8:
-      return "uint8";
-    case GgufValueType::kInt8:
-      return "int8";
-    case GgufValueType::kUint16:
-      return "uint16";
-    case GgufValueType::kInt16:
-      return "int16";
-    case GgufValueType::kUint32:
-      return "uint32";
-    case GgufValueType::kInt32:
-      return "int32";
-    case GgufValueType::kFloat32:
-      return "float32";
-    case GgufValueType::kBool:
-      return "bool";
-    case GgufValueType::kString:
-      return "string";
-    case GgufValueType::kArray:
-      return "array";
-    case GgufValueType::kUint64:
-      return "uint64";
-    case GgufValueType::kInt64:
-      return "int64";
-    case GgufValueType::kFloat64:
-      return "float64";
-  }
-  return "unknown";
-}
-
 std::string DescribeType(const GgufValue& v) {
   if (v.type == GgufValueType::kArray) {
-    return absl::StrCat("array of ", TypeName(v.array_type));
+    return absl::StrCat("array of ", GgufValueTypeName(v.array_type));
   }
-  return TypeName(v.type);
+  return GgufValueTypeName(v.type);
 }
 
 absl::Status WrongType(absl::string_view key, absl::string_view expected, const GgufValue& v) {

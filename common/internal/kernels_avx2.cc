@@ -12,8 +12,13 @@
 // an mmap) is read once per call. Each task owns a range of panels, so every
 // thread streams its share of the weights once per call, at any batch.
 // Batch 1-2 Q4_0 transposes blocks in registers without a panel buffer
-// (FusedQ4Rows8); batch <= 3 float types use a k-in-lanes GEMV that reads
-// F16/BF16 in place (GemvRows).
+// (FusedQ4Rows8); batch <= 3 float types transpose 8x8 tiles in registers
+// and read F16/BF16 in place (GemvLanes).
+//
+// Every path is batch-invariant: a row's output bits do not depend on m or
+// on the row's place in the batch. Quantized paths sum exact integer block
+// dot products and add the scaled block terms in k order whatever the tile;
+// float paths all add one fma per k in k order, per 256-column chunk.
 //
 // Quantized dot products (activations quantized per 32-block to int8, see
 // kernels_internal.h) are exact integer sums per block, so ISA paths differ
@@ -632,102 +637,6 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
 }
 
 // ---------------------------------------------------------------------------
-// Float GEMV for small m (F32, F16, BF16 read in place: half-size bandwidth)
-// ---------------------------------------------------------------------------
-
-constexpr int kGemvRows = 4;
-constexpr int kGemvMaxM = 3;  // m above this uses the packed GEMM
-
-// y[i][r0..r0+4) for i < MI (<= 3): 4 weight rows x MI activation rows of
-// dot products, k in lanes, reduced horizontally at the end. Weights are read
-// in their stored type (half the bytes for F16/BF16) and converted in
-// registers. Named accumulators keep GCC from spilling.
-template <GgmlType T, int MI>
-void GemvRows(const WeightView& w, int64_t r0, const float* x, float* y) {
-  static_assert(MI >= 1 && MI <= 3);
-  const int64_t cols = w.cols;
-  const uint8_t* w0 = w.data + std::min(r0 + 0, w.rows - 1) * w.row_bytes;
-  const uint8_t* w1 = w.data + std::min(r0 + 1, w.rows - 1) * w.row_bytes;
-  const uint8_t* w2 = w.data + std::min(r0 + 2, w.rows - 1) * w.row_bytes;
-  const uint8_t* w3 = w.data + std::min(r0 + 3, w.rows - 1) * w.row_bytes;
-  const float* x0 = x;
-  const float* x1 = x + cols;
-  const float* x2 = x + 2 * cols;
-  const __m256 z = _mm256_setzero_ps();
-  __m256 a00 = z, a01 = z, a02 = z, a10 = z, a11 = z, a12 = z;
-  __m256 a20 = z, a21 = z, a22 = z, a30 = z, a31 = z, a32 = z;
-  const int64_t c8 = cols & ~int64_t{7};
-  for (int64_t c = 0; c < c8; c += 8) {
-    const __m256 v0 = Load8<T>(w0, c);
-    const __m256 v1 = Load8<T>(w1, c);
-    const __m256 v2 = Load8<T>(w2, c);
-    const __m256 v3 = Load8<T>(w3, c);
-#define GEMV_STEP(I)                             \
-  {                                              \
-    const __m256 xv = _mm256_loadu_ps(x##I + c); \
-    a0##I = _mm256_fmadd_ps(v0, xv, a0##I);      \
-    a1##I = _mm256_fmadd_ps(v1, xv, a1##I);      \
-    a2##I = _mm256_fmadd_ps(v2, xv, a2##I);      \
-    a3##I = _mm256_fmadd_ps(v3, xv, a3##I);      \
-  }
-    GEMV_STEP(0)
-    if constexpr (MI > 1) {
-      GEMV_STEP(1)
-    }
-    if constexpr (MI > 2) {
-      GEMV_STEP(2)
-    }
-#undef GEMV_STEP
-  }
-  const int nvalid = static_cast<int>(std::min<int64_t>(kGemvRows, w.rows - r0));
-  const uint8_t* wr[kGemvRows] = {w0, w1, w2, w3};
-  auto finish = [&](int i, __m256 s0, __m256 s1, __m256 s2, __m256 s3) {
-    alignas(16) float out[4];
-    _mm_store_ps(out, Hsum4(s0, s1, s2, s3));
-    for (int r = 0; r < nvalid; ++r) {
-      float v = out[r];
-      for (int64_t c = c8; c < cols; ++c) {
-        v += Load1<T>(wr[r], c) * x[i * cols + c];
-      }
-      y[i * w.rows + r0 + r] = v;
-    }
-  };
-  finish(0, a00, a10, a20, a30);
-  if constexpr (MI > 1) {
-    finish(1, a01, a11, a21, a31);
-  }
-  if constexpr (MI > 2) {
-    finish(2, a02, a12, a22, a32);
-  }
-}
-
-template <GgmlType T>
-void GemvFloat(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
-  const int64_t groups = (w.rows + kGemvRows - 1) / kGemvRows;
-  pool.ParallelFor(groups, 4, [&](int64_t begin, int64_t end) {
-    for (int64_t g = begin; g < end; ++g) {
-      const int64_t r0 = g * kGemvRows;
-      // The 4 rows stay in L1 while every activation tile passes over them.
-      for (int64_t i0 = 0; i0 < m; i0 += 3) {
-        const float* xi = x + i0 * w.cols;
-        float* yi = y + i0 * w.rows;
-        switch (std::min<int64_t>(3, m - i0)) {
-          case 1:
-            GemvRows<T, 1>(w, r0, xi, yi);
-            break;
-          case 2:
-            GemvRows<T, 2>(w, r0, xi, yi);
-            break;
-          default:
-            GemvRows<T, 3>(w, r0, xi, yi);
-            break;
-        }
-      }
-    }
-  });
-}
-
-// ---------------------------------------------------------------------------
 // Float GEMM for larger m: 16-row fp32 panels, 6x16 micro-kernel
 // ---------------------------------------------------------------------------
 
@@ -886,6 +795,114 @@ void GemmFloat(const WeightView& w, const float* x, int64_t m, float* y, ThreadP
           KernelF32Tile(mr, buffer + p * panel_floats, kc, x + i0 * w.cols + k0, w.cols,
                         y + i0 * w.rows + r0, w.rows, nvalid, k0 > 0);
         }
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Float GEMV for small m (F32, F16, BF16 read in place: half-size bandwidth)
+// ---------------------------------------------------------------------------
+//
+// Batch-invariant by construction: every y[i][r] is summed in exactly the
+// order of the GEMM micro-kernel above (one fma per k, k ascending within
+// kFKc-column chunks, each chunk's sum added to y), so a sequence's logits do
+// not depend on how many other sequences share the decode step. Lanes = rows
+// as in the GEMM, but without a panel buffer: 8 rows x 8 columns are loaded
+// in their stored type, transposed in registers and used at once.
+
+constexpr int kGemvMaxM = 3;  // m above this uses the packed GEMM
+
+// y[i][r0 .. r0 + 8*NH) for i < MI. NH * MI <= 6 independent fma chains
+// hide the fma latency; the 8 transposed columns stay in registers.
+template <GgmlType T, int NH, int MI>
+void GemvLanes(const WeightView& w, int64_t r0, const float* x, float* y) {
+  static_assert(NH >= 1 && MI >= 1 && NH * MI <= 6);
+  const int64_t cols = w.cols;
+  const uint8_t* rows[8 * NH];
+  for (int r = 0; r < 8 * NH; ++r) {
+    rows[r] = w.data + std::min(r0 + r, w.rows - 1) * w.row_bytes;
+  }
+  for (int64_t k0 = 0; k0 < cols; k0 += kFKc) {
+    const int64_t kc = std::min(kFKc, cols - k0);
+    const int64_t kend8 = k0 + (kc & ~int64_t{7});
+    __m256 acc[NH][MI];
+#pragma GCC unroll 6
+    for (int h = 0; h < NH; ++h) {
+#pragma GCC unroll 3
+      for (int i = 0; i < MI; ++i) {
+        acc[h][i] = _mm256_setzero_ps();
+      }
+    }
+    for (int64_t k = k0; k < kend8; k += 8) {
+#pragma GCC unroll 4
+      for (int h = 0; h < NH; ++h) {
+        __m256 v[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; ++r) {
+          v[r] = Load8<T>(rows[8 * h + r], k);
+        }
+        Transpose8x8(v);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+#pragma GCC unroll 3
+          for (int i = 0; i < MI; ++i) {
+            acc[h][i] = _mm256_fmadd_ps(v[j], _mm256_broadcast_ss(x + i * cols + k + j), acc[h][i]);
+          }
+        }
+      }
+    }
+    for (int64_t k = kend8; k < k0 + kc; ++k) {
+      for (int h = 0; h < NH; ++h) {
+        alignas(32) float col[8];
+        for (int r = 0; r < 8; ++r) {
+          col[r] = Load1<T>(rows[8 * h + r], k);
+        }
+        const __m256 v = _mm256_load_ps(col);
+        for (int i = 0; i < MI; ++i) {
+          acc[h][i] = _mm256_fmadd_ps(v, _mm256_set1_ps(x[i * cols + k]), acc[h][i]);
+        }
+      }
+    }
+    for (int h = 0; h < NH; ++h) {
+      const int64_t rh = r0 + 8 * h;
+      const int nvalid = static_cast<int>(std::clamp<int64_t>(w.rows - rh, 0, 8));
+      for (int i = 0; i < MI; ++i) {
+        float* dst = y + i * w.rows + rh;
+        __m256 a = acc[h][i];
+        if (k0 > 0) {  // as StoreF16Rows: chunk sum + y
+          if (nvalid == 8) {
+            a = _mm256_add_ps(a, _mm256_loadu_ps(dst));
+          } else {
+            alignas(32) float prev[8] = {};
+            std::copy(dst, dst + nvalid, prev);
+            a = _mm256_add_ps(a, _mm256_load_ps(prev));
+          }
+        }
+        StorePartial(dst, a, nvalid);
+      }
+    }
+  }
+}
+
+template <GgmlType T>
+void GemvFloat(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+  // m = 1 streams 32 rows at once (4 chains); m = 2, 3 stream 16 rows.
+  const int64_t rows_per = m == 1 ? 32 : 16;
+  const int64_t groups = (w.rows + rows_per - 1) / rows_per;
+  pool.ParallelFor(groups, 2, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t r0 = g * rows_per;
+      switch (m) {
+        case 1:
+          GemvLanes<T, 4, 1>(w, r0, x, y);
+          break;
+        case 2:
+          GemvLanes<T, 2, 2>(w, r0, x, y);
+          break;
+        default:
+          GemvLanes<T, 2, 3>(w, r0, x, y);
+          break;
       }
     }
   });

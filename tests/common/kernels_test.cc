@@ -13,6 +13,8 @@
 //    rounding of the per-block terms (nb + 4) * u * (S + Q). Between ISA paths
 //    the activation bits and the integer block sums are identical (tested by
 //    the tight bound), so only the fp32 accumulation of nb block terms differs.
+// Within one ISA every path is batch-invariant: a row's output bits do not
+// depend on m or on the row's position in the batch (checked bitwise).
 
 #include "common/kernels.h"
 
@@ -178,6 +180,18 @@ void CheckMatMul(const MatMulCase& c, uint32_t seed) {
     std::vector<float> y1(c.m * c.rows, -2.0f);
     MatMul(w, x.data(), c.m, y1.data(), pool1);
     ASSERT_EQ(y, y1);
+    // Batch invariance: a row's result is bitwise the same whatever else
+    // shares the call (alone, or at another position of a smaller batch), so
+    // a sequence's tokens do not depend on the serving batch.
+    for (int64_t i0 : {int64_t{0}, c.m / 2, c.m - 1}) {
+      for (int64_t n : {int64_t{1}, c.m - i0}) {
+        std::vector<float> ys(n * c.rows, -3.0f);
+        MatMul(w, x.data() + i0 * c.cols, n, ys.data(), pool3);
+        ASSERT_TRUE(std::equal(ys.begin(), ys.end(), y.begin() + i0 * c.rows))
+            << "rows [" << i0 << ", " << i0 + n << ") of the batch differ from the batch of "
+            << c.m;
+      }
+    }
     for (int64_t j = 0; j < c.m * c.rows; ++j) {
       ASSERT_LE(std::fabs(y[j] - ref.y[j]), bound_exact(j))
           << "i=" << j / c.rows << " r=" << j % c.rows << " got " << y[j] << " want " << ref.y[j];

@@ -19,7 +19,8 @@ enum class DecodeEngine::State {
 };
 
 struct DecodeEngine::Seq {
-  Seq(SequenceId k, const SamplingParams& params) : key(k), sampler(params), stops(params.stop_strings) {}
+  Seq(SequenceId k, const SamplingParams& params)
+      : key(k), sampler(params), stops(params.stop_strings) {}
 
   SequenceId key;
   std::string request_id;
@@ -31,8 +32,8 @@ struct DecodeEngine::Seq {
   int32_t prompt_len = 0;
   int32_t max_tokens = 0;
   int32_t generated = 0;
-  int32_t kv = 0;               // tokens whose KV the engine holds
-  bool in_engine = false;       // the engine knows the sequence (holds or reserved blocks)
+  int32_t kv = 0;          // tokens whose KV the engine holds
+  bool in_engine = false;  // the engine knows the sequence (holds or reserved blocks)
   int64_t order = 0;
   int32_t preemptions = 0;
 
@@ -50,6 +51,7 @@ struct DecodeEngine::Seq {
   absl::Time deadline = absl::InfiniteFuture();
   SampleResult first;
   absl::AnyInvocable<void(absl::Status) &&> commit_done;
+  bool writer_done = false;  // the prefill worker said none of its writes is in flight
 
   // Times.
   absl::Time arrival;
@@ -136,8 +138,7 @@ void DecodeEngine::Submit(SequenceId key, RequestSpec spec, RequestSink* sink, b
 
 void DecodeEngine::Commit(CommitSpec commit, absl::AnyInvocable<void(absl::Status) &&> done) {
   // On a closed queue the task (and `done`) is destroyed unrun; run it here.
-  auto shared_done =
-      std::make_shared<absl::AnyInvocable<void(absl::Status) &&>>(std::move(done));
+  auto shared_done = std::make_shared<absl::AnyInvocable<void(absl::Status) &&>>(std::move(done));
   if (!queue_.Post([this, commit = std::move(commit), shared_done]() mutable {
         DoCommit(std::move(commit), std::move(*shared_done));
       })) {
@@ -151,12 +152,12 @@ void DecodeEngine::Cancel(std::string request_id, absl::AnyInvocable<void(bool) 
         auto it = by_request_id_.find(request_id);
         const bool found = it != by_request_id_.end();
         if (found) {
-          DoCancel(it->second, absl::CancelledError(
-                                   absl::StrCat("request ", request_id, " cancelled")));
+          DoCancel(it->second,
+                   absl::CancelledError(absl::StrCat("request ", request_id, " cancelled")));
         }
-        std::move(*shared_done)(found);
+        std::move (*shared_done)(found);
       })) {
-    std::move(*shared_done)(false);
+    std::move (*shared_done)(false);
   }
 }
 
@@ -172,6 +173,7 @@ void DecodeEngine::Loop() {
     }
     const absl::Time now = clock_.Now();
     PollImports(now);
+    PollFences(now);
     const bool progressed = RunStep();
     UpdateLoad();
     if (!progressed) {
@@ -191,6 +193,12 @@ void DecodeEngine::Loop() {
 
 absl::Duration DecodeEngine::IdleWait(absl::Time now) const {
   absl::Duration wait = absl::Milliseconds(100);
+  for (const Fence& f : fences_) {
+    if (transfer_mode_ != "put") {
+      return options_.commit_poll_interval;  // until its receives finish
+    }
+    wait = std::min(wait, std::max(absl::ZeroDuration(), f.release_at - now));
+  }
   for (const auto& [key, s] : seqs_) {
     if (s->state == State::kCommitting) {
       return options_.commit_poll_interval;
@@ -286,16 +294,40 @@ void DecodeEngine::DoCommit(CommitSpec commit, absl::AnyInvocable<void(absl::Sta
   }
   auto it = by_request_id_.find(commit.request_id);
   if (it == by_request_id_.end()) {
-    std::move(done)(absl::NotFoundError(absl::StrCat(
-        "commit: no reservation for request ", commit.request_id,
-        " (cancelled, expired or never made)")));
+    // The writer is done with the request's tag either way: a fence over it
+    // can go.
+    for (size_t i = 0; i < fences_.size(); ++i) {
+      if (fences_[i].request_id == commit.request_id) {
+        ReleaseFence(i, commit.abort ? "prefill worker aborted" : "prefill worker committed late");
+        if (commit.abort) {
+          std::move(done)(absl::OkStatus());
+          return;
+        }
+        break;
+      }
+    }
+    std::move(done)(
+        absl::NotFoundError(absl::StrCat("commit: no reservation for request ", commit.request_id,
+                                         " (cancelled, expired or never made)")));
     return;
   }
   Seq& s = *seqs_.at(it->second);
+  if (commit.abort) {
+    if (s.state != State::kReserved && s.state != State::kCommitting) {
+      std::move(done)(absl::FailedPreconditionError(
+          absl::StrCat("commit abort: request ", commit.request_id, " already has its KV")));
+      return;
+    }
+    s.writer_done = true;
+    std::move(done)(absl::OkStatus());
+    FailSeq(s, absl::UnavailableError(
+                   absl::StrCat("request ", commit.request_id, ": the prefill worker gave it up")));
+    return;
+  }
   if (s.state != State::kReserved) {
-    std::move(done)(absl::FailedPreconditionError(absl::StrCat(
-        "commit: request ", commit.request_id,
-        s.import ? " was already committed" : " is not a reservation")));
+    std::move(done)(absl::FailedPreconditionError(
+        absl::StrCat("commit: request ", commit.request_id,
+                     s.import ? " was already committed" : " is not a reservation")));
     return;
   }
   if (commit.num_tokens != s.prompt_len) {
@@ -306,17 +338,17 @@ void DecodeEngine::DoCommit(CommitSpec commit, absl::AnyInvocable<void(absl::Sta
   }
   const int32_t vocab = engine_->model().config().vocab_size;
   if (commit.first.token < 0 || commit.first.token >= vocab) {
-    std::move(done)(absl::InvalidArgumentError(
-        absl::StrCat("commit: first token id ", commit.first.token,
-                     " outside the vocabulary [0, ", vocab, ")")));
+    std::move(done)(
+        absl::InvalidArgumentError(absl::StrCat("commit: first token id ", commit.first.token,
+                                                " outside the vocabulary [0, ", vocab, ")")));
     return;
   }
   if (commit.bytes_written != s.expected_bytes) {
     LOG(WARNING) << "commit request_id=" << s.request_id << ": prefill reports "
-                 << commit.bytes_written << " bytes written, the layout gives "
-                 << s.expected_bytes;
+                 << commit.bytes_written << " bytes written, the layout gives " << s.expected_bytes;
   }
   s.state = State::kCommitting;
+  s.writer_done = true;  // a commit comes after all of the writer's writes ended
   s.first = std::move(commit.first);
   s.commit_done = std::move(done);
   s.commit_time = clock_.Now();
@@ -389,9 +421,8 @@ bool DecodeEngine::RunStep() {
         .order = s->order,
         .kv_tokens = s->kv,
         .total_tokens = static_cast<int32_t>(s->tokens.size()),
-        .blocks_held = s->in_engine
-                           ? static_cast<int32_t>(engine_->kv_cache().block_table(key).size())
-                           : 0,
+        .blocks_held =
+            s->in_engine ? static_cast<int32_t>(engine_->kv_cache().block_table(key).size()) : 0,
         .admitted = s->state == State::kAdmitted,
     });
   }
@@ -405,9 +436,9 @@ bool DecodeEngine::RunStep() {
   const absl::Time now = clock_.Now();
   for (SequenceId key : plan.unservable) {
     FailSeq(*seqs_.at(key),
-            absl::ResourceExhaustedError(absl::StrCat(
-                "the KV pool (", engine_->num_blocks(), " blocks of ",
-                engine_->config().block_size, " tokens) cannot hold this request")));
+            absl::ResourceExhaustedError(absl::StrCat("the KV pool (", engine_->num_blocks(),
+                                                      " blocks of ", engine_->config().block_size,
+                                                      " tokens) cannot hold this request")));
   }
   for (SequenceId key : plan.preempt) {
     Preempt(*seqs_.at(key));
@@ -446,10 +477,9 @@ bool DecodeEngine::RunStep() {
     if (n <= 0) {
       continue;
     }
-    batch.push_back(BatchEntry{s.key, absl::MakeConstSpan(s.tokens.data() + s.kv, n),
-                               s.kv + n == static_cast<int32_t>(s.tokens.size())
-                                   ? LogitsMode::kLast
-                                   : LogitsMode::kNone});
+    batch.push_back(BatchEntry{
+        s.key, absl::MakeConstSpan(s.tokens.data() + s.kv, n),
+        s.kv + n == static_cast<int32_t>(s.tokens.size()) ? LogitsMode::kLast : LogitsMode::kNone});
     batch_seqs.push_back(&s);
   }
   if (batch.empty()) {
@@ -560,8 +590,8 @@ void DecodeEngine::FinishSeq(Seq& s, Finish finish, TokenEvent event) {
   metrics_->e2e_latency->Observe(absl::ToDoubleSeconds(event.timings.total));
   metrics_->RequestDone(absl::StatusCode::kOk);
   LOG(INFO) << "request_done worker=" << worker_id_ << " request_id=" << s.request_id
-            << " mode=" << (s.import ? "disaggregated" : "colocated") << " code=OK finish="
-            << FinishName(finish) << " prompt_tokens=" << s.prompt_len
+            << " mode=" << (s.import ? "disaggregated" : "colocated")
+            << " code=OK finish=" << FinishName(finish) << " prompt_tokens=" << s.prompt_len
             << " completion_tokens=" << s.generated << " cached_tokens=" << s.cached_prompt_tokens
             << " preemptions=" << s.preemptions
             << " ttft_s=" << absl::ToDoubleSeconds(event.timings.time_to_first_token)
@@ -591,16 +621,47 @@ void DecodeEngine::FailSeq(Seq& s, const absl::Status& status) {
 
 void DecodeEngine::Release(Seq& s) {
   const SequenceId key = s.key;
-  if (s.in_engine) {
-    engine_->FreeSequence(key).IgnoreError();  // NotFound only if never added: nothing to free
-  }
+  bool fenced = false;
   if (s.import && transport_ != nullptr &&
       (s.state == State::kReserved || s.state == State::kCommitting)) {
-    transport_->Forget(s.tag);
+    // Writes may still be on the way: refuse the tag and, unless the writer
+    // said it is done, hold the blocks (see the class comment).
+    transport_->Refuse(s.tag);
+    if (s.in_engine && !s.writer_done) {
+      const absl::Time release_at = std::max(clock_.Now(), s.deadline) + options_.fence_grace;
+      VLOG(1) << "kv_fence request_id=" << s.request_id << " tag=" << s.tag
+              << " until=" << release_at;
+      fences_.push_back(Fence{key, s.request_id, s.tag, release_at});
+      fenced = true;
+    }
+  }
+  if (s.in_engine && !fenced) {
+    engine_->FreeSequence(key).IgnoreError();  // NotFound only if never added: nothing to free
   }
   by_request_id_.erase(s.request_id);
   seqs_.erase(key);  // destroys s
   num_live_.store(static_cast<int32_t>(seqs_.size()), std::memory_order_relaxed);
+}
+
+void DecodeEngine::PollFences(absl::Time now) {
+  for (size_t i = 0; i < fences_.size();) {
+    const Fence& f = fences_[i];
+    if (now >= f.release_at) {
+      ReleaseFence(i, "grace after the deadline passed");
+    } else if (transfer_mode_ != "put" && !transport_->Receiving(f.tag)) {
+      ReleaseFence(i, "tag refused, no receive in flight");
+    } else {
+      ++i;
+    }
+  }
+}
+
+void DecodeEngine::ReleaseFence(size_t index, const char* why) {
+  const Fence& f = fences_[index];
+  VLOG(1) << "kv_fence_released request_id=" << f.request_id << " (" << why << ")";
+  engine_->FreeSequence(f.key).IgnoreError();  // present: fenced sequences stay in the engine
+  fences_[index] = std::move(fences_.back());
+  fences_.pop_back();
 }
 
 void DecodeEngine::Preempt(Seq& s) {
@@ -648,6 +709,7 @@ void DecodeEngine::UpdateLoad() {
   l.used_blocks = kv.num_used_blocks();
   l.cached_blocks = kv.num_cached_blocks();
   l.total_blocks = engine_->num_blocks();
+  l.fenced = static_cast<int32_t>(fences_.size());
   if (l == last_load_) {
     return;
   }

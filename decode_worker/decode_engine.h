@@ -20,6 +20,16 @@
 // joins the batch with the prefill worker's first token (its Sampler skips
 // the one draw the prefill worker made).
 //
+// Fences: a reservation that ends before its import completes (cancelled,
+// expired, failed) may still have writes on the way. Its tag is refused at
+// once (KvTransport::Refuse: message-mode data is dropped from then on), but
+// its blocks stay allocated, fenced, until no write can reach them: in
+// message mode once the transport has no receive of the tag in flight; in
+// put mode (RMA, which the receiver cannot refuse) once the prefill worker
+// says it stopped writing (its Commit, or Commit with abort), or else a
+// grace period after the reservation's deadline (a prefill worker stops
+// writing at the deadline; one that died writes nothing).
+//
 // Threads: public methods are thread-safe and post to the engine thread;
 // sinks and completion callbacks run on the engine thread.
 
@@ -73,6 +83,10 @@ struct Reservation {
 // The prefill worker's commit.
 struct CommitSpec {
   std::string request_id;
+  // The prefill worker gives the reservation up: none of its writes is in
+  // flight any more. The request fails (if still live) and its blocks free
+  // at once instead of waiting out a fence.
+  bool abort = false;
   SampleResult first;  // the first token, sampled by the prefill worker
   int32_t num_tokens = 0;
   uint64_t bytes_written = 0;
@@ -87,11 +101,11 @@ struct Usage {
 };
 
 struct Timings {
-  absl::Duration queue;          // arrival -> joins the batch (or KV committed)
+  absl::Duration queue;  // arrival -> joins the batch (or KV committed)
   absl::Duration time_to_first_token;
-  absl::Duration prefill;        // local prefill, or arrival -> commit when disaggregated
-  absl::Duration kv_transfer;    // Commit -> all bytes present
-  absl::Duration decode;         // first token -> last token
+  absl::Duration prefill;      // local prefill, or arrival -> commit when disaggregated
+  absl::Duration kv_transfer;  // Commit -> all bytes present
+  absl::Duration decode;       // first token -> last token
   absl::Duration total;
 };
 
@@ -119,19 +133,20 @@ class RequestSink {
 };
 
 struct LoadInfo {
-  int32_t running = 0;          // admitted into the batch
-  int32_t waiting = 0;          // queued for the batch (committed imports, colocated, preempted)
-  int32_t reserved = 0;         // reservations whose KV has not been committed
+  int32_t running = 0;   // admitted into the batch
+  int32_t waiting = 0;   // queued for the batch (committed imports, colocated, preempted)
+  int32_t reserved = 0;  // reservations whose KV has not been committed
   int64_t queued_prefill_tokens = 0;
   int32_t free_blocks = 0;
   int32_t used_blocks = 0;
   int32_t cached_blocks = 0;
   int32_t total_blocks = 0;
+  int32_t fenced = 0;  // ended reservations whose blocks wait out a fence
   bool operator==(const LoadInfo&) const = default;
 };
 
 struct DecodeEngineOptions {
-  SchedulerConfig scheduler;             // block_size is taken from the engine
+  SchedulerConfig scheduler;  // block_size is taken from the engine
   absl::Duration reservation_deadline = absl::Seconds(30);
   // Colocated requests waiting for the batch beyond which Generate answers
   // RESOURCE_EXHAUSTED (reservations are bounded by the pool instead).
@@ -139,6 +154,9 @@ struct DecodeEngineOptions {
   std::string worker_id = "decode";
   // Idle wait between polls for KV of committed reservations.
   absl::Duration commit_poll_interval = absl::Microseconds(200);
+  // Put mode: how long after a reservation's deadline its fenced blocks
+  // free when the prefill worker never said it stopped writing.
+  absl::Duration fence_grace = absl::Seconds(1);
 };
 
 class DecodeEngine {
@@ -177,7 +195,8 @@ class DecodeEngine {
   void SubmitReserve(SequenceId key, RequestSpec spec, RequestSink* sink);
   void SubmitGenerate(SequenceId key, RequestSpec spec, RequestSink* sink);
   // `done` runs on the engine thread once the import is committed (OK) or
-  // not: NotFound (unknown or cancelled request), FailedPrecondition
+  // not: NotFound (unknown or cancelled request; a fenced one's blocks free
+  // now, as the writer has finished), FailedPrecondition
   // (already committed), InvalidArgument (token count, first token),
   // DeadlineExceeded (bytes missing at the deadline).
   void Commit(CommitSpec commit, absl::AnyInvocable<void(absl::Status) &&> done);
@@ -204,6 +223,8 @@ class DecodeEngine {
   void DoCommit(CommitSpec commit, absl::AnyInvocable<void(absl::Status) &&> done);
   void DoCancel(SequenceId key, const absl::Status& why);
   void PollImports(absl::Time now);
+  void PollFences(absl::Time now);
+  void ReleaseFence(size_t index, const char* why);
   bool RunStep();
   // Applies a sampled token (stop ids, text, stop strings, limits). Returns
   // true when the request finished (the final event went to the sink and
@@ -244,6 +265,13 @@ class DecodeEngine {
   absl::Status stop_reason_;
   absl::flat_hash_map<SequenceId, std::unique_ptr<Seq>> seqs_;
   absl::flat_hash_map<std::string, SequenceId> by_request_id_;
+  struct Fence {
+    SequenceId key;  // the engine sequence that still holds the blocks
+    std::string request_id;
+    kvtransfer::TransferTag tag;
+    absl::Time release_at;
+  };
+  std::vector<Fence> fences_;
   int64_t next_order_ = 0;
   LoadInfo last_load_;
   mutable absl::Mutex load_mu_;

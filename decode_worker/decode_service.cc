@@ -118,8 +118,8 @@ absl::StatusOr<RequestSpec> DecodeService::ToSpec(grpc::CallbackServerContext* c
   spec.prompt.assign(submit.prompt_ids().begin(), submit.prompt_ids().end());
   spec.max_tokens = submit.max_tokens();
   spec.sampling = SamplingFromProto(submit.sampling());
-  const absl::Status valid =
-      ValidateGenerationRequest(engine_->model_config(), spec.prompt, spec.max_tokens, spec.sampling);
+  const absl::Status valid = ValidateGenerationRequest(engine_->model_config(), spec.prompt,
+                                                       spec.max_tokens, spec.sampling);
   if (!valid.ok()) {
     return valid;
   }
@@ -185,6 +185,7 @@ grpc::ServerUnaryReactor* DecodeService::Commit(grpc::CallbackServerContext* con
   }
   commit.num_tokens = request->num_tokens();
   commit.bytes_written = request->bytes_written();
+  commit.abort = request->abort();
   engine_->Commit(std::move(commit),
                   [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
   return reactor;

@@ -70,6 +70,8 @@ class FaultInjectingTransport final : public KvTransport {
   void Cancel(TransferTag tag) override;
   uint64_t ReceivedBytes(TransferTag tag) const override { return inner_->ReceivedBytes(tag); }
   void Forget(TransferTag tag) override;  // the inner's
+  void Refuse(TransferTag tag) override { inner_->Refuse(tag); }
+  bool Receiving(TransferTag tag) const override { return inner_->Receiving(tag); }
   // Delayed writes complete with kUnavailable; then the inner shuts down.
   void Shutdown() override;
 

@@ -27,6 +27,7 @@ struct LoopbackSink {
   absl::Mutex mu;  // held during every copy into the regions
   bool alive ABSL_GUARDED_BY(mu) = true;
   std::map<uint64_t, uint64_t> regions ABSL_GUARDED_BY(mu);  // base -> bytes
+  CancelledTags refused ABSL_GUARDED_BY(mu){65536};
 
   mutable absl::Mutex received_mu;
   absl::flat_hash_map<TransferTag, uint64_t> received ABSL_GUARDED_BY(received_mu);
@@ -43,6 +44,9 @@ struct LoopbackSink {
       if (it == regions.end() || peer.bytes > it->second) {
         return absl::InvalidArgumentError(absl::StrCat(
             "peer ", address, " has no registered region [", peer.base, ", +", peer.bytes, ")"));
+      }
+      if (refused.Contains(tag)) {
+        return absl::OkStatus();  // dropped, as a real receiver drops it (the sender cannot tell)
       }
       for (const WriteOp& op : ops) {
         if (op.bytes > 0) {
@@ -201,6 +205,15 @@ void LoopbackTransport::Forget(TransferTag tag) {
   {
     absl::MutexLock lock(&mu_);
     cancelled_.Remove(tag);
+  }
+  absl::MutexLock lock(&sink_->received_mu);
+  sink_->received.erase(tag);
+}
+
+void LoopbackTransport::Refuse(TransferTag tag) {
+  {
+    absl::MutexLock lock(&sink_->mu);
+    sink_->refused.Add(tag);
   }
   absl::MutexLock lock(&sink_->received_mu);
   sink_->received.erase(tag);

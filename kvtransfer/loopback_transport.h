@@ -51,6 +51,10 @@ class LoopbackTransport final : public KvTransport {
   void Cancel(TransferTag tag) override;
   uint64_t ReceivedBytes(TransferTag tag) const override;
   void Forget(TransferTag tag) override;
+  void Refuse(TransferTag tag) override;
+  // Copies run under the sink's lock, so nothing is ever in flight once
+  // Refuse() returned.
+  bool Receiving(TransferTag tag) const override { return false; }
   // Leaves the registry (writers get kUnavailable; a copy into this
   // transport's region finishes first), then completes queued writes with
   // kUnavailable and joins the thread.

@@ -105,6 +105,17 @@ class KvTransport {
   virtual uint64_t ReceivedBytes(TransferTag tag) const = 0;
   virtual void Forget(TransferTag tag) = 0;
 
+  // Receiver side: drops the counter of `tag` (as Forget) and refuses data
+  // arriving for it from now on: message-mode writes for a refused tag are
+  // never copied into the region (a bounded record of the most recently
+  // refused tags is kept). RMA puts (native, or emulated inside UCX) cannot
+  // be refused by the receiver, so memory they may still reach must stay
+  // unused until the sender says it stopped (see DecodeEngine's fences).
+  virtual void Refuse(TransferTag tag) = 0;
+  // Receiver side: whether data for `tag` that was accepted before
+  // Refuse(tag) is still being copied into the region.
+  virtual bool Receiving(TransferTag tag) const = 0;
+
   // Stops the progress thread; pending writes complete with kUnavailable.
   // Idempotent; also run by the destructor.
   virtual void Shutdown() = 0;

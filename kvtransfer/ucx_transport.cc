@@ -62,6 +62,9 @@ constexpr int kMaxSleepMs = 1000;
 constexpr absl::Duration kShutdownDrainTimeout = absl::Seconds(2);
 constexpr absl::Duration kShutdownCloseTimeout = absl::Seconds(1);
 constexpr size_t kMaxCancelledTags = 4096;
+// Refused tags remembered by a receiver (8 bytes and a deque slot each): a
+// decode worker refuses one per reservation that ends before its import.
+constexpr size_t kMaxRefusedTags = 65536;
 // ucp_worker_progress calls between two looks at the task queue.
 constexpr int kProgressBatch = 64;
 
@@ -255,6 +258,17 @@ class UcxTransport::Impl {
       received_.erase(tag);
     }
     Post([this, tag] { cancelled_.Remove(tag); });
+  }
+
+  void Refuse(TransferTag tag) {
+    absl::MutexLock lock(&received_mu_);
+    refused_.Add(tag);
+    received_.erase(tag);
+  }
+
+  bool Receiving(TransferTag tag) const {
+    absl::MutexLock lock(&received_mu_);
+    return receiving_.contains(tag);
   }
 
   void Shutdown() {
@@ -1186,7 +1200,7 @@ class UcxTransport::Impl {
       return rndv ? UCS_ERR_INVALID_PARAM : UCS_OK;
     }
     if (h.kind == AmKind::kLanded) {
-      AddReceived(h.tag, h.bytes);
+      AddReceived(h.tag, h.bytes);  // ignored for a refused tag
       return UCS_OK;
     }
     auto it = regions_.find(h.region_base);
@@ -1196,6 +1210,10 @@ class UcxTransport::Impl {
                                 << " at offset " << h.offset << " (not inside a registered region)";
       return rndv ? UCS_ERR_INVALID_PARAM : UCS_OK;
     }
+    if (!BeginReceive(h.tag)) {
+      VLOG(1) << "UcxTransport: refused " << length << " bytes for refused tag " << h.tag;
+      return rndv ? UCS_ERR_CANCELED : UCS_OK;
+    }
     void* dest = reinterpret_cast<uint8_t*>(h.region_base) + h.offset;
     if (rndv) {
       // Received after ucp_worker_progress returns (no UCX calls from inside
@@ -1204,7 +1222,7 @@ class UcxTransport::Impl {
       return UCS_INPROGRESS;
     }
     std::memcpy(dest, data, length);
-    AddReceived(h.tag, length);
+    EndReceive(h.tag, length, /*ok=*/true);
     return UCS_OK;
   }
 
@@ -1224,18 +1242,18 @@ class UcxTransport::Impl {
     if (UCS_PTR_IS_ERR(req)) {
       LOG_EVERY_N(WARNING, 100) << "UcxTransport: receive of " << r.bytes << " bytes for tag "
                                 << r.tag << " failed: " << ucs_status_string(UCS_PTR_STATUS(req));
+      EndReceive(r.tag, 0, /*ok=*/false);
       return;
     }
-    AddReceived(r.tag, r.bytes);
+    EndReceive(r.tag, r.bytes, /*ok=*/true);
   }
 
   static void RecvCallback(void* request, ucs_status_t status, size_t length, void* user_data) {
     auto* ctx = static_cast<RecvContext*>(user_data);
     --ctx->impl->inflight_receives_;
     ctx->impl->live_receives_.erase(ctx);
-    if (status == UCS_OK) {
-      ctx->impl->AddReceived(ctx->tag, length);
-    } else {
+    ctx->impl->EndReceive(ctx->tag, length, status == UCS_OK);
+    if (status != UCS_OK) {
       VLOG(1) << "UcxTransport: receive for tag " << ctx->tag
               << " failed: " << ucs_status_string(status);
     }
@@ -1245,7 +1263,30 @@ class UcxTransport::Impl {
 
   void AddReceived(TransferTag tag, uint64_t bytes) {
     absl::MutexLock lock(&received_mu_);
-    received_[tag] += bytes;
+    if (!refused_.Contains(tag)) {
+      received_[tag] += bytes;
+    }
+  }
+
+  // A receive into the region starts (false: the tag is refused, drop the
+  // data) and ends; Receiving(tag) is true in between.
+  bool BeginReceive(TransferTag tag) {
+    absl::MutexLock lock(&received_mu_);
+    if (refused_.Contains(tag)) {
+      return false;
+    }
+    ++receiving_[tag];
+    return true;
+  }
+  void EndReceive(TransferTag tag, uint64_t bytes, bool ok) {
+    absl::MutexLock lock(&received_mu_);
+    if (ok && !refused_.Contains(tag)) {
+      received_[tag] += bytes;
+    }
+    auto it = receiving_.find(tag);
+    if (it != receiving_.end() && --it->second == 0) {
+      receiving_.erase(it);
+    }
   }
 
   struct Source {
@@ -1268,6 +1309,8 @@ class UcxTransport::Impl {
 
   mutable absl::Mutex received_mu_;
   absl::flat_hash_map<TransferTag, uint64_t> received_ ABSL_GUARDED_BY(received_mu_);
+  absl::flat_hash_map<TransferTag, int> receiving_ ABSL_GUARDED_BY(received_mu_);
+  internal::CancelledTags refused_ ABSL_GUARDED_BY(received_mu_){kMaxRefusedTags};
 
   absl::Mutex join_mu_;  // serializes joins of thread_
   std::thread thread_;
@@ -1338,6 +1381,10 @@ void UcxTransport::Cancel(TransferTag tag) { impl_->Cancel(tag); }
 uint64_t UcxTransport::ReceivedBytes(TransferTag tag) const { return impl_->ReceivedBytes(tag); }
 
 void UcxTransport::Forget(TransferTag tag) { impl_->Forget(tag); }
+
+void UcxTransport::Refuse(TransferTag tag) { impl_->Refuse(tag); }
+
+bool UcxTransport::Receiving(TransferTag tag) const { return impl_->Receiving(tag); }
 
 void UcxTransport::Shutdown() { impl_->Shutdown(); }
 

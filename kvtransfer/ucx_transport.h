@@ -109,6 +109,11 @@ class UcxTransport final : public KvTransport {
   // See the class comment for what a put-mode write counts.
   uint64_t ReceivedBytes(TransferTag tag) const override;
   void Forget(TransferTag tag) override;
+  // Refused data: eager active messages are dropped in the handler,
+  // rendezvous ones rejected (the sender's write fails), put-mode "landed"
+  // notices ignored; puts still land (see KvTransport::Refuse).
+  void Refuse(TransferTag tag) override;
+  bool Receiving(TransferTag tag) const override;
 
   // Stops accepting writes, waits up to 2 s for UCX requests in flight, then
   // completes every pending write with kUnavailable, closes the endpoints

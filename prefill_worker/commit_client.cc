@@ -53,6 +53,7 @@ void CommitClient::Commit(CommitArgs args, absl::AnyInvocable<void(absl::Status)
   }
   call->request.set_num_tokens(args.num_tokens);
   call->request.set_bytes_written(args.bytes_written);
+  call->request.set_abort(args.abort);
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) {

@@ -27,7 +27,7 @@ struct PrefillEngine::Seq {
   int32_t computed = 0;       // prompt tokens whose KV is present
   int32_t pushed_blocks = 0;  // leading blocks pushed for every layer
   int32_t cached = 0;
-  int32_t outstanding = 0;    // writes whose done has not run
+  int32_t outstanding = 0;  // writes whose done has not run
   uint64_t bytes_issued = 0;
   uint64_t bytes_done = 0;
   absl::Status write_error;   // first failed write
@@ -174,8 +174,8 @@ void PrefillEngine::DoSubmit(SequenceId key, PrefillJob job, PrefillCall* call) 
   for (const auto& [k, s] : seqs_) queued += s->state == State::kQueued;
   if (queued >= options_.max_queued) {
     metrics_->RequestDone(absl::StatusCode::kResourceExhausted);
-    call->Done(absl::ResourceExhaustedError(absl::StrCat(
-        "prefill admission queue full (", queued, " requests waiting)")));
+    call->Done(absl::ResourceExhaustedError(
+        absl::StrCat("prefill admission queue full (", queued, " requests waiting)")));
     return;
   }
   auto s = std::make_unique<Seq>();
@@ -193,8 +193,7 @@ void PrefillEngine::DoSubmit(SequenceId key, PrefillJob job, PrefillCall* call) 
 void PrefillEngine::CheckDeadlines(absl::Time now) {
   std::vector<SequenceId> expired;
   for (const auto& [key, s] : seqs_) {
-    if (s->state != State::kAborting && s->state != State::kCommitting &&
-        now >= s->job.deadline) {
+    if (s->state != State::kAborting && s->state != State::kCommitting && now >= s->job.deadline) {
       expired.push_back(key);
     }
   }
@@ -217,9 +216,8 @@ bool PrefillEngine::RunStep() {
         .order = s->order,
         .computed_tokens = s->computed,
         .prompt_tokens = static_cast<int32_t>(s->job.prompt.size()),
-        .blocks_held = s->in_engine
-                           ? static_cast<int32_t>(engine_->kv_cache().block_table(key).size())
-                           : 0,
+        .blocks_held =
+            s->in_engine ? static_cast<int32_t>(engine_->kv_cache().block_table(key).size()) : 0,
         .admitted = s->state == State::kComputing,
     });
   }
@@ -330,12 +328,13 @@ void PrefillEngine::PushLayer(Seq& s, int layer, int32_t complete) {
   absl::Span<const BlockId> table = engine_->kv_cache().block_table(s.key);
   if (static_cast<int32_t>(table.size()) < complete ||
       static_cast<int32_t>(s.job.remote_blocks.size()) < complete) {
-    s.write_error = absl::InternalError(absl::StrCat(
-        "push: ", complete, " blocks complete but the sequence holds ", table.size(),
-        " and the reservation has ", s.job.remote_blocks.size()));
+    s.write_error = absl::InternalError(
+        absl::StrCat("push: ", complete, " blocks complete but the sequence holds ", table.size(),
+                     " and the reservation has ", s.job.remote_blocks.size()));
     return;
   }
-  const absl::Span<const int32_t> local = table.subspan(s.pushed_blocks, complete - s.pushed_blocks);
+  const absl::Span<const int32_t> local =
+      table.subspan(s.pushed_blocks, complete - s.pushed_blocks);
   const absl::Span<const int32_t> remote =
       absl::MakeConstSpan(s.job.remote_blocks).subspan(s.pushed_blocks, complete - s.pushed_blocks);
   std::vector<kvtransfer::WriteOp> ops;
@@ -401,8 +400,8 @@ void PrefillEngine::Advance(Seq& s) {
   }
   if (!s.write_error.ok()) {
     metrics_->kv_transfer_failures->Increment();
-    Complete(s, Annotate(s.write_error,
-                         absl::StrCat("KV push to decode worker ", s.job.decode_worker)));
+    Complete(
+        s, Annotate(s.write_error, absl::StrCat("KV push to decode worker ", s.job.decode_worker)));
     return;
   }
   // The decode worker has the bytes: release ours (full blocks stay as prefix cache).
@@ -443,7 +442,7 @@ void PrefillEngine::OnCommitDone(SequenceId key, absl::Status status) {
   r.kv_bytes = s.bytes_done;
   r.prefill = s.compute_done - s.first_chunk;
   r.kv_transfer = s.first_write == absl::InfinitePast() ? absl::ZeroDuration()
-                                                       : s.last_write_done - s.first_write;
+                                                        : s.last_write_done - s.first_write;
   Complete(s, std::move(r));
 }
 
@@ -474,6 +473,19 @@ void PrefillEngine::Complete(Seq& s, absl::StatusOr<PrefillResult> result) {
   }
   if (s.state == State::kAborting || !s.write_error.ok()) {
     transport_->Forget(s.job.transfer_tag);  // drop the sender's cancelled-tag record
+  }
+  if (!result.ok() && s.state != State::kCommitting && !s.job.decode_worker.empty()) {
+    // No commit reached the decode worker and none of our writes is in
+    // flight (Complete runs once they all ended): tell it, so it frees the
+    // reservation's blocks now instead of fencing them past the deadline.
+    CommitArgs abort;
+    abort.decode_worker = s.job.decode_worker;
+    abort.request_id = s.job.request_id;
+    abort.abort = true;
+    abort.deadline = clock_.Now() + absl::Seconds(5);
+    committer_->Commit(std::move(abort), [request_id = s.job.request_id](absl::Status st) {
+      VLOG(1) << "abort notice for " << request_id << ": " << st;
+    });
   }
   metrics_->RequestDone(code);
   metrics_->request_seconds->Observe(absl::ToDoubleSeconds(clock_.Now() - s.arrival));

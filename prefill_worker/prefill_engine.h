@@ -49,10 +49,10 @@ struct PrefillJob {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   kvtransfer::TransferTag transfer_tag = 0;
-  std::vector<int32_t> remote_blocks;   // reservation block ids, one per prompt block
-  kvtransfer::PoolGeometry remote;      // the decode worker's pool
-  kvtransfer::RegionDescriptor region;  // where to write
-  std::string decode_worker;            // gRPC address for Commit
+  std::vector<int32_t> remote_blocks;            // reservation block ids, one per prompt block
+  kvtransfer::PoolGeometry remote;               // the decode worker's pool
+  kvtransfer::RegionDescriptor region;           // where to write
+  std::string decode_worker;                     // gRPC address for Commit
   absl::Time deadline = absl::InfiniteFuture();  // reservation deadline, client deadline
 };
 
@@ -79,6 +79,10 @@ struct CommitArgs {
   int32_t num_tokens = 0;
   uint64_t bytes_written = 0;
   absl::Time deadline = absl::InfiniteFuture();
+  // Give the reservation up: sent once none of the request's writes is in
+  // flight, so the decode worker frees its blocks at once (Decode.Commit
+  // with abort).
+  bool abort = false;
 };
 
 // Sends Decode.Commit to a decode worker (the network seam; the worker uses
@@ -90,8 +94,8 @@ class Committer {
 };
 
 struct PrefillLoad {
-  int32_t running = 0;   // admitted, pushing or committing
-  int32_t waiting = 0;   // admission queue
+  int32_t running = 0;  // admitted, pushing or committing
+  int32_t waiting = 0;  // admission queue
   int64_t queued_prompt_tokens = 0;
   int32_t free_blocks = 0;
   int32_t used_blocks = 0;

@@ -80,9 +80,7 @@ constexpr int kBlockSize = 16;
 std::string ModelPath() {
   return ::tandem::testing::RequireSharedFile("models/stories260K/stories260K.gguf");
 }
-std::string Bin(const std::string& name) {
-  return ::tandem::testing::BinaryDir() + "/bin/" + name;
-}
+std::string Bin(const std::string& name) { return ::tandem::testing::BinaryDir() + "/bin/" + name; }
 
 std::vector<std::string> Flags(std::vector<std::string> extra) {
   std::vector<std::string> f = {"--model=" + ModelPath(),
@@ -306,8 +304,7 @@ std::shared_ptr<grpc::Channel> Dial(const WorkerProcess& w) {
   while (reader->Read(&ev)) {
     if (ev.has_snapshot()) load = ev.snapshot().load();
     if (ev.has_load()) load = ev.load();
-    if (load.total_kv_blocks() > 0 &&
-        done(load.total_kv_blocks() - load.free_kv_blocks(), load)) {
+    if (load.total_kv_blocks() > 0 && done(load.total_kv_blocks() - load.free_kv_blocks(), load)) {
       ctx.TryCancel();
       reader->Finish().ok();
       return ::testing::AssertionSuccess();
@@ -363,8 +360,8 @@ int HealthStatus(const WorkerProcess& w) {
   absl::Mutex mu;
   bool done = false;
   grpc::Status status;
-  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                    &response, [&](grpc::Status s) {
+  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                    [&](grpc::Status s) {
                       absl::MutexLock lock(&mu);
                       status = s;
                       done = true;
@@ -459,7 +456,8 @@ class WorkerE2eTest : public ::testing::Test {
       if (!code.ok() || *code != 0) {
         ADD_FAILURE() << w->name() << " did not exit 0 on SIGTERM: "
                       << (code.ok() ? absl::StrCat("exit ", *code) : code.status().ToString())
-                      << "\n" << w->Tail();
+                      << "\n"
+                      << w->Tail();
       }
     }
     pairs_.clear();
@@ -480,9 +478,8 @@ class WorkerE2eTest : public ::testing::Test {
     const std::vector<Request> reqs = MakeRequests("disagg-" + tls);
     std::vector<Outcome> outs(reqs.size());
     const absl::Time t0 = absl::Now();
-    FromClients(reqs.size(), [&](int i) {
-      outs[i] = RunDisaggregated(*decode, *prefill, reqs[i].submit);
-    });
+    FromClients(reqs.size(),
+                [&](int i) { outs[i] = RunDisaggregated(*decode, *prefill, reqs[i].submit); });
     const absl::Duration took = absl::Now() - t0;
     uint64_t want_bytes = 0;
     int cached_hits = 0;
@@ -496,9 +493,9 @@ class WorkerE2eTest : public ::testing::Test {
       const uint64_t bytes = KvBytes(reqs[i].submit.prompt_ids_size());
       EXPECT_EQ(outs[i].reservation.expected_bytes(), bytes);
       EXPECT_EQ(outs[i].prefill.kv_bytes(), bytes);
-      EXPECT_EQ(outs[i].prefill.first_token(),
-                reqs[i].want_tokens.empty() ? outs[i].prefill.first_token()
-                                            : reqs[i].want_tokens[0]);
+      EXPECT_EQ(outs[i].prefill.first_token(), reqs[i].want_tokens.empty()
+                                                   ? outs[i].prefill.first_token()
+                                                   : reqs[i].want_tokens[0]);
       want_bytes += bytes;
       cached_hits += outs[i].prefill.cached_prompt_tokens() > 0;
     }
@@ -506,10 +503,11 @@ class WorkerE2eTest : public ::testing::Test {
     // prefix cache served some of them, and their KV was still pushed.
     EXPECT_GT(cached_hits, 0);
     EXPECT_EQ(Metrics(*pair.decode)[received] - received_before, static_cast<double>(want_bytes));
-    std::printf("[ measure  ] disaggregated ucx/%s: %zu requests from %d clients in %.3f s, "
-                "%llu KV bytes\n",
-                tls.c_str(), reqs.size(), kClients, absl::ToDoubleSeconds(took),
-                static_cast<unsigned long long>(want_bytes));
+    std::printf(
+        "[ measure  ] disaggregated ucx/%s: %zu requests from %d clients in %.3f s, "
+        "%llu KV bytes\n",
+        tls.c_str(), reqs.size(), kClients, absl::ToDoubleSeconds(took),
+        static_cast<unsigned long long>(want_bytes));
     EXPECT_TRUE(UsedBlocksReachZero(*pair.decode));
     EXPECT_TRUE(UsedBlocksReachZero(*pair.prefill));
     std::map<std::string, double> m = Metrics(*pair.decode);
@@ -738,9 +736,9 @@ TEST_F(WorkerE2eTest, PrefillKilledBeforeCommitFreesReservationAtDeadline) {
   auto p = WorkerProcess::Start(Bin("tandem-prefill"),
                                 Flags({"--role=prefill", "--transport=ucx", "--ucx_tls=sm"}));
   ASSERT_TRUE(p.ok()) << p.status();
-  auto d = WorkerProcess::Start(Bin("tandem-decode"),
-                                Flags({"--role=decode", "--transport=ucx", "--ucx_tls=sm",
-                                       "--reservation_deadline=1s"}));
+  auto d = WorkerProcess::Start(
+      Bin("tandem-decode"),
+      Flags({"--role=decode", "--transport=ucx", "--ucx_tls=sm", "--reservation_deadline=1s"}));
   ASSERT_TRUE(d.ok()) << d.status();
   auto decode = v1::Decode::NewStub(Dial(**d));
   auto prefill = v1::Prefill::NewStub(Dial(**p));
@@ -780,7 +778,9 @@ TEST_F(WorkerE2eTest, PrefillKilledBeforeCommitFreesReservationAtDeadline) {
   EXPECT_THAT(st.error_message(), HasSubstr("deadline"));
   EXPECT_GE(waited, absl::Milliseconds(900));
   EXPECT_LT(waited, absl::Seconds(4));
-  EXPECT_TRUE(UsedBlocksReachZero(**d, absl::Seconds(2)));
+  // Shared memory is put mode: the blocks stay fenced for the 1 s grace
+  // after the deadline (a dead writer never says it stopped).
+  EXPECT_TRUE(UsedBlocksReachZero(**d, absl::Seconds(4)));
   EXPECT_EQ(Metrics(**d)["tandem_decode_reservations_expired_total"], 1);
   EXPECT_TRUE(ExitsCleanlyOnSigterm(**d));
   std::printf("[ measure  ] orphaned reservation freed after %.3f s (deadline 1 s)\n",

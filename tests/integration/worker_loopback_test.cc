@@ -17,6 +17,9 @@
 //  - A prefill worker whose Prefill call is cancelled mid-push frees its
 //    blocks once the writes are done.
 
+#include <algorithm>
+#include <atomic>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,7 +52,8 @@ constexpr int kBlockSize = 16;
 
 const Model& TheModel() {
   static const Model* m = [] {
-    auto r = Model::Load(::tandem::testing::RequireSharedFile("models/stories260K/stories260K.gguf"));
+    auto r =
+        Model::Load(::tandem::testing::RequireSharedFile("models/stories260K/stories260K.gguf"));
     CHECK(r.ok()) << r.status();
     return r->release();
   }();
@@ -157,11 +161,17 @@ class DirectCommitter : public prefill_worker::Committer {
     c.first = args.first;
     c.num_tokens = args.num_tokens;
     c.bytes_written = args.bytes_written;
+    c.abort = args.abort;
+    ++(args.abort ? aborts_ : commits_);
     decode_->Commit(std::move(c), std::move(done));
   }
 
+  int aborts() const { return aborts_.load(); }
+
  private:
   decode_worker::DecodeEngine* decode_ = nullptr;
+  std::atomic<int> commits_{0};
+  std::atomic<int> aborts_{0};
 };
 
 struct Options {
@@ -170,6 +180,7 @@ struct Options {
   int chunk_size = 20;
   int token_budget = 48;
   absl::Duration reservation_deadline = absl::Seconds(10);
+  absl::Duration fence_grace = absl::Seconds(1);
 };
 
 class Cluster {
@@ -178,21 +189,22 @@ class Cluster {
       : decode_metrics_(decode_registry_, "loopback"),
         prefill_metrics_(prefill_registry_, "loopback") {
     auto d_engine = MakeEngine(o.decode_blocks);
-    auto region = decode_transport_.RegisterRegion(d_engine->kv_pool_base(),
-                                                   d_engine->kv_pool_bytes());
+    auto region =
+        decode_transport_.RegisterRegion(d_engine->kv_pool_base(), d_engine->kv_pool_bytes());
     CHECK(region.ok()) << region.status();
     decode_worker::DecodeEngineOptions dopts;
     dopts.scheduler.token_budget = o.token_budget;
     dopts.scheduler.chunk_size = o.chunk_size;
     dopts.reservation_deadline = o.reservation_deadline;
-    decode_ = std::make_unique<decode_worker::DecodeEngine>(
-        std::move(d_engine), &decode_transport_, *region, dopts, &decode_metrics_,
-        RealClock::Get());
+    dopts.fence_grace = o.fence_grace;
+    decode_ = std::make_unique<decode_worker::DecodeEngine>(std::move(d_engine), &decode_transport_,
+                                                            *region, dopts, &decode_metrics_,
+                                                            RealClock::Get());
     auto p_engine = MakeEngine(o.prefill_blocks);
     prefill_transport_ = std::make_unique<kvtransfer::FaultInjectingTransport>(
         std::make_unique<kvtransfer::LoopbackTransport>());
-    CHECK_OK(prefill_transport_->RegisterSource(p_engine->kv_pool_base(),
-                                                p_engine->kv_pool_bytes()));
+    CHECK_OK(
+        prefill_transport_->RegisterSource(p_engine->kv_pool_base(), p_engine->kv_pool_bytes()));
     committer_.set_decode(decode_.get());
     prefill_worker::PrefillEngineOptions popts;
     popts.scheduler.token_budget = o.token_budget;
@@ -213,6 +225,7 @@ class Cluster {
   decode_worker::DecodeEngine& decode() { return *decode_; }
   prefill_worker::PrefillEngine& prefill() { return *prefill_; }
   kvtransfer::FaultInjectingTransport& faults() { return *prefill_transport_; }
+  const DirectCommitter& committer() const { return committer_; }
   MetricsRegistry& decode_registry() { return decode_registry_; }
 
   // The router's part: reservation -> prefill job.
@@ -338,7 +351,8 @@ TEST(WorkerLoopbackTest, ChunkedPushesMatchReferenceAndFormula) {
     wants.push_back(Reference(Tokens(text), 20 + i * 3, sp));
   }
   std::vector<std::unique_ptr<Running>> runs;
-  for (size_t i = 0; i < wants.size(); ++i) runs.push_back(Start(c, wants[i], absl::StrCat("r", i)));
+  for (size_t i = 0; i < wants.size(); ++i)
+    runs.push_back(Start(c, wants[i], absl::StrCat("r", i)));
   int cache_hits = 0;
   for (size_t i = 0; i < wants.size(); ++i) {
     SCOPED_TRACE(i);
@@ -367,8 +381,8 @@ TEST(WorkerLoopbackTest, ImportedSequencesPreemptedAndRecomputedMatchReference) 
       sp.temperature = 0.8f;
       sp.seed = 5 + i;
     }
-    wants.push_back(Reference(Tokens(absl::StrCat("Lily had ", i + 2, " red balls and a big dog.")),
-                              100, sp));
+    wants.push_back(
+        Reference(Tokens(absl::StrCat("Lily had ", i + 2, " red balls and a big dog.")), 100, sp));
   }
   // Reserve all first, then prefill all: they commit together and grow in
   // lockstep, so the pool runs dry for certain.
@@ -411,8 +425,9 @@ TEST(WorkerLoopbackTest, DroppedWritesFailAtTheReservationDeadline) {
   const Want w = Reference(Tokens("The sun was hot and the sky was blue."), 8, {});
   const absl::Time t0 = absl::Now();
   auto run = Start(c, w, "dropped");
-  EXPECT_THAT(run->call->Wait(), StatusIs(absl::StatusCode::kDeadlineExceeded,
-                                          HasSubstr("KV bytes arrived by the reservation deadline")));
+  EXPECT_THAT(run->call->Wait(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("KV bytes arrived by the reservation deadline")));
   ASSERT_TRUE(run->sink->WaitDone());
   EXPECT_THAT(run->sink->status(), StatusIs(absl::StatusCode::kUnavailable,
                                             HasSubstr("KV transfer incomplete at the deadline")));
@@ -429,11 +444,16 @@ TEST(WorkerLoopbackTest, FailedWritesFailThePrefillAndTheReservationExpires) {
   c.faults().set_faults(spec);
   const Want w = Reference(Tokens("The sun was hot and the sky was blue."), 8, {});
   auto run = Start(c, w, "failed");
+  const absl::Time t0 = absl::Now();
   EXPECT_THAT(run->call->Wait(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("injected failure")));
+  // The prefill worker's abort notice ends the decode side at once (not at
+  // the 300 ms deadline) and frees its blocks without a fence.
   ASSERT_TRUE(run->sink->WaitDone());
   EXPECT_THAT(run->sink->status(),
-              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("reservation deadline")));
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("prefill worker gave it up")));
+  EXPECT_LT(absl::Now() - t0, absl::Milliseconds(250));
+  EXPECT_EQ(c.committer().aborts(), 1);
   EXPECT_TRUE(c.PoolsBackToZero());
   // The cluster still serves once the transport heals.
   c.faults().set_faults({});
@@ -465,14 +485,133 @@ TEST(WorkerLoopbackTest, CancelledPrefillFreesBlocksAfterItsWrites) {
   absl::SleepFor(absl::Milliseconds(50));
   c.prefill().CancelKey(key);
   EXPECT_THAT(call.Wait(), StatusIs(absl::StatusCode::kCancelled, ::testing::_));
+  // Once its writes ended the prefill worker told the decode worker, which
+  // gave the request up (the router's own cancel finds nothing left).
+  ASSERT_TRUE(sink.WaitDone());
+  EXPECT_THAT(sink.status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("prefill worker gave it up")));
+  EXPECT_EQ(c.committer().aborts(), 1);
   absl::Notification cancelled;
   c.decode().Cancel("cancelled", [&](bool found) {
-    EXPECT_TRUE(found);
+    EXPECT_FALSE(found);
     cancelled.Notify();
   });
   ASSERT_TRUE(cancelled.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_TRUE(c.PoolsBackToZero());  // no fence: the writer said it stopped
+}
+
+// Blocks of `id`'s reservation, from a fresh Reserve on the decode engine.
+std::vector<int32_t> ReserveBlocks(Cluster& c, const std::string& id, const Want& w, Sink* sink) {
+  decode_worker::RequestSpec rs;
+  rs.request_id = id;
+  rs.prompt = w.prompt;
+  rs.max_tokens = w.max_tokens;
+  c.decode().SubmitReserve(c.decode().NewRequestKey(), rs, sink);
+  decode_worker::Reservation res;
+  EXPECT_TRUE(sink->WaitReservation(&res));
+  return res.block_ids;
+}
+
+void CancelOnDecode(Cluster& c, const std::string& id) {
+  absl::Notification done;
+  c.decode().Cancel(id, [&](bool found) {
+    EXPECT_TRUE(found) << id;
+    done.Notify();
+  });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+}
+
+// What a prefill worker's abort notice does: the request ends, its blocks
+// free at once.
+void AbortOnDecode(Cluster& c, const std::string& id) {
+  decode_worker::CommitSpec abort;
+  abort.request_id = id;
+  abort.abort = true;
+  absl::Notification done;
+  c.decode().Commit(std::move(abort), [&](absl::Status st) {
+    EXPECT_OK(st);
+    done.Notify();
+  });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+}
+
+// The decode engine publishes its load after each loop turn: poll.
+bool FencedBecomes(Cluster& c, int32_t n) {
+  const absl::Time until = absl::Now() + absl::Seconds(5);
+  while (c.decode().load().fenced != n && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return c.decode().load().fenced == n;
+}
+
+bool Disjoint(std::vector<int32_t> a, std::vector<int32_t> b) {
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  std::vector<int32_t> both;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+  return both.empty();
+}
+
+// The router cancels a reservation while the prefill worker is still
+// writing into it (writes delayed in flight). The decode worker must not
+// hand those blocks to anyone until the writer has stopped: a new
+// reservation gets other blocks, and the fence lifts when the prefill
+// worker's late commit (refused: NotFound) says its writes are over.
+TEST(WorkerLoopbackTest, ReservationCancelledMidWriteIsFencedUntilTheWriterStops) {
+  Cluster c(Options{});
+  kvtransfer::FaultSpec spec;
+  spec.delay = absl::Milliseconds(300);
+  c.faults().set_faults(spec);
+  const Want w = Reference(Tokens("Lily found a shiny stone near the river and she"), 8, {});
+  Sink sink;
+  decode_worker::RequestSpec rs;
+  rs.request_id = "fenced";
+  rs.prompt = w.prompt;
+  rs.max_tokens = w.max_tokens;
+  c.decode().SubmitReserve(c.decode().NewRequestKey(), rs, &sink);
+  decode_worker::Reservation res;
+  ASSERT_TRUE(sink.WaitReservation(&res));
+  Call call;
+  c.prefill().Submit(c.prefill().NewRequestKey(), Cluster::JobFor(res, w.prompt, w.sampling),
+                     &call);
+  absl::SleepFor(absl::Milliseconds(50));  // writes are in flight
+  CancelOnDecode(c, "fenced");
   ASSERT_TRUE(sink.WaitDone());
   EXPECT_THAT(sink.status(), StatusIs(absl::StatusCode::kCancelled, ::testing::_));
+  ASSERT_TRUE(FencedBecomes(c, 1));
+  EXPECT_EQ(c.decode().load().used_blocks, static_cast<int32_t>(res.block_ids.size()));
+
+  Sink next_sink;
+  const std::vector<int32_t> next = ReserveBlocks(c, "next", w, &next_sink);
+  EXPECT_TRUE(Disjoint(res.block_ids, next)) << "a fenced block was handed out again";
+
+  // The prefill worker finishes its writes and commits: NotFound, which it
+  // reports, and the fence goes.
+  EXPECT_THAT(call.Wait(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("no reservation")));
+  EXPECT_TRUE(FencedBecomes(c, 0));
+  AbortOnDecode(c, "next");
+  EXPECT_TRUE(c.PoolsBackToZero());
+}
+
+// A writer that never reports (a killed prefill worker): the fence lifts
+// `fence_grace` after the reservation's deadline, not before.
+TEST(WorkerLoopbackTest, FenceWithoutWordFromTheWriterLiftsAfterDeadlineAndGrace) {
+  Options o;
+  o.reservation_deadline = absl::Milliseconds(200);
+  o.fence_grace = absl::Milliseconds(300);
+  Cluster c(o);
+  const Want w = Reference(Tokens("Max ran to the park with his red kite."), 8, {});
+  Sink sink;
+  const absl::Time t0 = absl::Now();
+  const std::vector<int32_t> blocks = ReserveBlocks(c, "orphan", w, &sink);
+  CancelOnDecode(c, "orphan");  // no prefill worker ever wrote or spoke
+  ASSERT_TRUE(FencedBecomes(c, 1));
+  Sink other_sink;
+  EXPECT_TRUE(Disjoint(blocks, ReserveBlocks(c, "other", w, &other_sink)));
+  AbortOnDecode(c, "other");
+  EXPECT_TRUE(FencedBecomes(c, 0));
+  const absl::Duration lifted = absl::Now() - t0;
+  EXPECT_GE(lifted, absl::Milliseconds(500));  // deadline 200 ms + grace 300 ms
   EXPECT_TRUE(c.PoolsBackToZero());
 }
 

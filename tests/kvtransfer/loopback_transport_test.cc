@@ -1,5 +1,6 @@
 #include "kvtransfer/loopback_transport.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -151,6 +152,22 @@ TEST_F(LoopbackTransportTest, CancelledTagFailsLaterWritesUntilForgotten) {
   ASSERT_OK(sender_.Write(peer_, 5, {{src.data(), 0, 16}}, again.Callback()));
   ASSERT_TRUE(again.Wait());
   EXPECT_OK(again.status());
+}
+
+TEST_F(LoopbackTransportTest, RefusedTagIsNeverWritten) {
+  std::vector<uint8_t> src(4096, 9);
+  receiver_.Refuse(8);
+  DoneRecorder refused, other;
+  ASSERT_OK(sender_.Write(peer_, 8, {{src.data(), 0, 4096}}, refused.Callback()));
+  ASSERT_OK(sender_.Write(peer_, 9, {{src.data(), 8192, 16}}, other.Callback()));
+  ASSERT_TRUE(refused.Wait());
+  ASSERT_TRUE(other.Wait());
+  EXPECT_OK(other.status());
+  EXPECT_EQ(std::count(region_.begin(), region_.begin() + 4096, 0), 4096);
+  EXPECT_EQ(receiver_.ReceivedBytes(8), 0u);
+  EXPECT_FALSE(receiver_.Receiving(8));
+  EXPECT_EQ(receiver_.ReceivedBytes(9), 16u);
+  EXPECT_EQ(region_[8192], 9);
 }
 
 TEST_F(LoopbackTransportTest, ReceiverGoneGivesUnavailable) {

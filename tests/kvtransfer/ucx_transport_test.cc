@@ -295,6 +295,32 @@ TEST_P(UcxTransportTest, ReceivedBytesCountsPerTagAndForgets) {
   EXPECT_EQ(receiver_->ReceivedBytes(11), 77u + 500000u);
 }
 
+// A receiver's refused tag: message-mode writes never reach the region
+// (eager and rendezvous sizes), put-mode ones are not counted; other tags
+// are untouched.
+TEST_P(UcxTransportTest, RefusedTagIsNeverWrittenInMessageMode) {
+  const RegionDescriptor peer = MakeRegion(4 * kMiB);
+  std::vector<uint8_t> src(4 * kMiB);
+  FillPattern(src.data(), src.size(), 21);
+  receiver_->Refuse(20);
+  DoneRecorder refused, other;
+  ASSERT_OK(sender_->Write(peer, 20, {{src.data(), 0, 100}, {src.data() + kMiB, kMiB, 2 * kMiB}},
+                           refused.Callback()));
+  ASSERT_TRUE(refused.Wait());  // OK or an error: the point is that it ends
+  ASSERT_OK(sender_->Write(peer, 21, {{src.data() + 3 * kMiB, 3 * kMiB, 4096}}, other.Callback()));
+  ASSERT_TRUE(other.Wait());
+  ASSERT_OK(other.status());
+  ASSERT_TRUE(WaitForReceived(*receiver_, 21, 4096));
+  absl::SleepFor(absl::Milliseconds(50));  // anything late would have landed
+  EXPECT_EQ(receiver_->ReceivedBytes(20), 0u);
+  EXPECT_FALSE(receiver_->Receiving(20));
+  EXPECT_EQ(std::memcmp(region_.data() + 3 * kMiB, src.data() + 3 * kMiB, 4096), 0);
+  if (GetParam().mode == "am") {
+    EXPECT_EQ(std::count(region_.begin(), region_.begin() + 3 * kMiB, 0), 3 * kMiB)
+        << "refused bytes reached the region";
+  }
+}
+
 TEST_P(UcxTransportTest, CancelledTagFailsLaterWritesUntilForgotten) {
   const RegionDescriptor peer = MakeRegion(4096);
   std::vector<uint8_t> src(16, 1);

@@ -12,6 +12,7 @@
 namespace tandem::decode_worker {
 
 enum class DecodeEngine::State {
+  kQueued,      // a Reserve waiting for the pool to have its blocks (FIFO)
   kReserved,    // blocks reserved for an import; waiting for the Commit
   kCommitting,  // Commit received; waiting for the transport's bytes
   kWaiting,     // waiting to join the batch (committed import, colocated, preempted)
@@ -172,8 +173,9 @@ void DecodeEngine::Loop() {
       break;
     }
     const absl::Time now = clock_.Now();
-    PollImports(now);
     PollFences(now);
+    AdmitReservations(now);
+    PollImports(now);
     const bool progressed = RunStep();
     UpdateLoad();
     if (!progressed) {
@@ -203,7 +205,7 @@ absl::Duration DecodeEngine::IdleWait(absl::Time now) const {
     if (s->state == State::kCommitting) {
       return options_.commit_poll_interval;
     }
-    if (s->state == State::kReserved) {
+    if (s->state == State::kReserved || s->state == State::kQueued) {
       wait = std::min(wait, std::max(absl::ZeroDuration(), s->deadline - now));
     }
   }
@@ -253,28 +255,27 @@ void DecodeEngine::DoSubmit(SequenceId key, RequestSpec spec, RequestSink* sink,
     }
     s->detok = std::make_unique<Detokenizer>(*tok);
   }
-  Reservation reservation;
   if (reserve) {
-    absl::StatusOr<std::vector<BlockId>> blocks = engine_->AddSequenceForImport(key, s->tokens);
-    if (!blocks.ok()) {
-      metrics_->RequestDone(blocks.status().code());
-      sink->OnError(Annotate(blocks.status(), absl::StrCat("reserve ", request_id)));
+    const int64_t bs = engine_->config().block_size;
+    const int64_t needed = (static_cast<int64_t>(s->tokens.size()) + bs - 1) / bs;
+    if (needed > engine_->num_blocks()) {
+      metrics_->RequestDone(absl::StatusCode::kResourceExhausted);
+      sink->OnError(absl::ResourceExhaustedError(absl::StrCat(
+          "reserve ", request_id, ": the KV pool (", engine_->num_blocks(), " blocks of ", bs,
+          " tokens) can never hold a prompt of ", s->tokens.size(), " tokens")));
       return;
     }
-    s->in_engine = true;
-    s->state = State::kReserved;
-    s->tag = tag_salt_ | static_cast<kvtransfer::TransferTag>(key);
-    s->deadline = std::min(now + options_.reservation_deadline, spec.deadline);
-    s->expected_bytes = static_cast<uint64_t>(layout_.num_layers) * 2 * blocks->size() *
-                        static_cast<uint64_t>(layout_.block_bytes());
-    reservation.request_id = request_id;
-    reservation.transfer_tag = s->tag;
-    reservation.block_ids.assign(blocks->begin(), blocks->end());
-    reservation.layout = layout_;
-    reservation.region = region_;
-    reservation.transfer_mode = transfer_mode_;
-    reservation.deadline = s->deadline;
-    reservation.expected_bytes = s->expected_bytes;
+    int32_t queued = 0;
+    for (const auto& [k, other] : seqs_) queued += other->state == State::kQueued;
+    if (queued >= options_.max_waiting) {
+      metrics_->RequestDone(absl::StatusCode::kResourceExhausted);
+      sink->OnError(absl::ResourceExhaustedError(absl::StrCat(
+          "decode worker reservation queue full (", queued, " reservations waiting)")));
+      return;
+    }
+    s->state = State::kQueued;
+    s->deadline = spec.deadline;  // the client's, while queued
+    s->order = next_order_++;
   } else {
     s->state = State::kWaiting;
     s->order = next_order_++;
@@ -283,7 +284,71 @@ void DecodeEngine::DoSubmit(SequenceId key, RequestSpec spec, RequestSink* sink,
   seqs_[key] = std::move(s);
   num_live_.store(static_cast<int32_t>(seqs_.size()), std::memory_order_relaxed);
   if (reserve) {
-    sink->OnReservation(reservation);
+    AdmitReservations(now);
+  }
+}
+
+bool DecodeEngine::TryReserve(Seq& s, absl::Time now) {
+  const int64_t bs = engine_->config().block_size;
+  const int64_t needed = (static_cast<int64_t>(s.tokens.size()) + bs - 1) / bs;
+  // Headroom: every running sequence may need one more block next step; a
+  // reservation must not take it (that would preempt a running sequence).
+  int64_t running = 0;
+  for (const auto& [k, other] : seqs_) running += other->state == State::kAdmitted;
+  const KvCacheManager& kv = engine_->kv_cache();
+  const int64_t available = kv.num_free_blocks() + kv.num_cached_blocks();
+  if (available - needed < running) {
+    return false;
+  }
+  absl::StatusOr<std::vector<BlockId>> blocks = engine_->AddSequenceForImport(s.key, s.tokens);
+  if (!blocks.ok()) {
+    if (blocks.status().code() == absl::StatusCode::kResourceExhausted) {
+      return false;  // cached blocks still referenced elsewhere: wait
+    }
+    FailSeq(s, Annotate(blocks.status(), absl::StrCat("reserve ", s.request_id)));
+    return true;
+  }
+  s.in_engine = true;
+  s.state = State::kReserved;
+  s.tag = tag_salt_ | static_cast<kvtransfer::TransferTag>(s.key);
+  s.deadline = std::min(now + options_.reservation_deadline, s.deadline);
+  s.expected_bytes = static_cast<uint64_t>(layout_.num_layers) * 2 * blocks->size() *
+                     static_cast<uint64_t>(layout_.block_bytes());
+  if (now > s.arrival) {
+    VLOG(1) << "reserve request_id=" << s.request_id << " waited "
+            << absl::ToDoubleSeconds(now - s.arrival) << " s for blocks";
+  }
+  Reservation reservation;
+  reservation.request_id = s.request_id;
+  reservation.transfer_tag = s.tag;
+  reservation.block_ids.assign(blocks->begin(), blocks->end());
+  reservation.layout = layout_;
+  reservation.region = region_;
+  reservation.transfer_mode = transfer_mode_;
+  reservation.deadline = s.deadline;
+  reservation.expected_bytes = s.expected_bytes;
+  s.sink->OnReservation(reservation);
+  return true;
+}
+
+void DecodeEngine::AdmitReservations(absl::Time now) {
+  std::vector<Seq*> queued;
+  for (const auto& [k, s] : seqs_) {
+    if (s->state == State::kQueued) queued.push_back(s.get());
+  }
+  std::sort(queued.begin(), queued.end(),
+            [](const Seq* a, const Seq* b) { return a->order < b->order; });
+  bool blocked = false;  // FIFO: once one waits, later ones wait too
+  for (Seq* s : queued) {
+    if (now >= s->deadline) {
+      FailSeq(*s, absl::DeadlineExceededError(absl::StrCat(
+                      "reserve ", s->request_id, ": the deadline passed while waiting for ",
+                      "KV blocks (pool busy)")));
+      continue;
+    }
+    if (!blocked && !TryReserve(*s, now)) {
+      blocked = true;
+    }
   }
 }
 
@@ -693,6 +758,7 @@ void DecodeEngine::UpdateLoad() {
         ++l.reserved;
         break;
       case State::kWaiting:
+      case State::kQueued:
         ++l.waiting;
         break;
       case State::kAdmitted:

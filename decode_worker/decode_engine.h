@@ -11,8 +11,11 @@
 // they finish; their blocks free at once. Preemption frees the newest
 // sequence's blocks and recomputes its prompt + generated tokens locally.
 //
-// Disaggregated requests: SubmitReserve allocates blocks for the prompt
-// (Engine::AddSequenceForImport) and hands the sink a Reservation; the
+// Disaggregated requests: SubmitReserve queues (FIFO) until the pool has the
+// prompt's blocks plus one free block per running sequence (so a new
+// reservation never forces a preemption), bounded by the client's deadline
+// and max_waiting; then it allocates them (Engine::AddSequenceForImport)
+// and hands the sink a Reservation; the
 // prefill worker writes the KV through the transport and calls Commit; the
 // engine thread then waits (polling, never in a gRPC callback) until the
 // transport's ReceivedBytes(tag) reaches the KvLayout formula's byte count,
@@ -148,8 +151,9 @@ struct LoadInfo {
 struct DecodeEngineOptions {
   SchedulerConfig scheduler;  // block_size is taken from the engine
   absl::Duration reservation_deadline = absl::Seconds(30);
-  // Colocated requests waiting for the batch beyond which Generate answers
-  // RESOURCE_EXHAUSTED (reservations are bounded by the pool instead).
+  // Colocated requests waiting for the batch (and, separately, Reserves
+  // waiting for blocks) beyond which Generate (Reserve) answers
+  // RESOURCE_EXHAUSTED.
   int32_t max_waiting = 1024;
   std::string worker_id = "decode";
   // Idle wait between polls for KV of committed reservations.
@@ -189,7 +193,9 @@ class DecodeEngine {
   // Any thread. Errors reach the sink (engine thread; or the calling thread
   // when the engine is stopped):
   //  - Reserve: FailedPrecondition without a transport, AlreadyExists (live
-  //    request_id), ResourceExhausted (pool), InvalidArgument (prompt).
+  //    request_id), ResourceExhausted (the pool can never hold the prompt,
+  //    or max_waiting Reserves already queue), DeadlineExceeded (the
+  //    client's deadline passed while queued), InvalidArgument (prompt).
   //  - Generate: AlreadyExists; ResourceExhausted when max_waiting requests
   //    already wait or the pool can never hold the request.
   void SubmitReserve(SequenceId key, RequestSpec spec, RequestSink* sink);
@@ -223,6 +229,12 @@ class DecodeEngine {
   void DoCommit(CommitSpec commit, absl::AnyInvocable<void(absl::Status) &&> done);
   void DoCancel(SequenceId key, const absl::Status& why);
   void PollImports(absl::Time now);
+  // Hands out reservations to queued Reserves, oldest first, while the pool
+  // has their blocks plus one per running sequence.
+  void AdmitReservations(absl::Time now);
+  // Allocates `s`'s blocks and sends its reservation (true), or leaves it
+  // queued (false: not enough blocks yet). True also when it failed.
+  bool TryReserve(Seq& s, absl::Time now);
   void PollFences(absl::Time now);
   void ReleaseFence(size_t index, const char* why);
   bool RunStep();

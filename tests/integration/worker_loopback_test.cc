@@ -109,6 +109,14 @@ class Sink : public decode_worker::RequestSink {
     absl::MutexLock lock(&mu_);
     return tokens_;
   }
+  bool has_reservation() {
+    absl::MutexLock lock(&mu_);
+    return has_reservation_;
+  }
+  bool done() {
+    absl::MutexLock lock(&mu_);
+    return done_;
+  }
   std::string text() {
     absl::MutexLock lock(&mu_);
     return text_;
@@ -612,6 +620,60 @@ TEST(WorkerLoopbackTest, FenceWithoutWordFromTheWriterLiftsAfterDeadlineAndGrace
   EXPECT_TRUE(FencedBecomes(c, 0));
   const absl::Duration lifted = absl::Now() - t0;
   EXPECT_GE(lifted, absl::Milliseconds(500));  // deadline 200 ms + grace 300 ms
+  EXPECT_TRUE(c.PoolsBackToZero());
+}
+
+// A Reserve the pool cannot serve yet waits in a FIFO queue (reported as
+// waiting) instead of failing; it gets its reservation the moment blocks
+// free and still decodes the reference tokens. One whose client deadline
+// passes while queued fails DEADLINE_EXCEEDED; nothing leaks.
+TEST(WorkerLoopbackTest, ReserveQueuesUntilThePoolHasItsBlocks) {
+  Options o;
+  o.decode_blocks = 4;
+  Cluster c(o);
+  std::vector<int32_t> prompt = {1};
+  for (int i = 0; i < 39; ++i) prompt.push_back(3 + (i * 37) % 500);  // 40 tokens: 3 blocks
+  SamplingParams greedy;
+  greedy.ignore_eos = true;
+  const Want w = Reference(prompt, 12, greedy);
+
+  Sink holder_sink;
+  ASSERT_EQ(ReserveBlocks(c, "holder", w, &holder_sink).size(), 3u);  // 1 block left
+
+  Sink queued_sink;
+  decode_worker::RequestSpec rs;
+  rs.request_id = "queued";
+  rs.prompt = w.prompt;
+  rs.max_tokens = w.max_tokens;
+  rs.sampling = w.sampling;
+  c.decode().SubmitReserve(c.decode().NewRequestKey(), rs, &queued_sink);
+  Sink late_sink;
+  decode_worker::RequestSpec late = rs;
+  late.request_id = "late";
+  late.deadline = absl::Now() + absl::Milliseconds(150);
+  c.decode().SubmitReserve(c.decode().NewRequestKey(), late, &late_sink);
+
+  ASSERT_TRUE(late_sink.WaitDone());
+  EXPECT_THAT(late_sink.status(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("waiting for KV blocks")));
+  EXPECT_FALSE(queued_sink.has_reservation());
+  EXPECT_FALSE(queued_sink.done());
+  const absl::Time until = absl::Now() + absl::Seconds(5);
+  while (c.decode().load().waiting != 1 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(2));  // the load is published after the loop turn
+  }
+  EXPECT_EQ(c.decode().load().waiting, 1);
+
+  AbortOnDecode(c, "holder");  // its 3 blocks free
+  decode_worker::Reservation res;
+  ASSERT_TRUE(queued_sink.WaitReservation(&res));
+  Call call;
+  c.prefill().Submit(c.prefill().NewRequestKey(), Cluster::JobFor(res, w.prompt, w.sampling),
+                     &call);
+  ASSERT_OK(call.Wait().status());
+  ASSERT_TRUE(queued_sink.WaitDone());
+  ASSERT_OK(queued_sink.status());
+  EXPECT_EQ(queued_sink.tokens(), w.tokens);
   EXPECT_TRUE(c.PoolsBackToZero());
 }
 

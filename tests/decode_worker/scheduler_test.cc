@@ -5,6 +5,7 @@
 
 #include "decode_worker/scheduler.h"
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ struct Case {
   std::vector<SequenceId> preempt = {};
   std::vector<SequenceId> unservable = {};
 };
+
+// ctest lists the test with its parameter: print the case's name, not its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 SchedulerConfig Cfg(int32_t budget, int32_t max_running, int32_t chunk, int32_t block = 4) {
   return SchedulerConfig{budget, max_running, chunk, block};

@@ -5,6 +5,7 @@
 
 #include "prefill_worker/scheduler.h"
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ struct Case {
   std::vector<Chunk> chunks = {};
   std::vector<SequenceId> admit = {};
 };
+
+// ctest lists the test with its parameter: print the case's name, not its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 PrefillSchedulerConfig Cfg(int32_t budget, int32_t chunk, int32_t max_running,
                            int32_t block = 4) {

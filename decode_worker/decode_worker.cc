@@ -1,11 +1,8 @@
 #include "decode_worker/decode_worker.h"
 
-#include <grpcpp/health_check_service_interface.h>
-
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "decode_worker/internal/proto_convert.h"
@@ -29,9 +26,10 @@ tandem::v1::WorkerLoad LoadToProto(const LoadInfo& l) {
 absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(const WorkerConfig& config) {
   RETURN_IF_ERROR(config.Validate());
   if (config.role != WorkerRole::kDecode && config.role != WorkerRole::kColocated) {
-    return absl::InvalidArgumentError(absl::StrCat("tandem-decode: role must be decode or "
-                                                   "colocated, got ",
-                                                   WorkerRoleName(config.role)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tandem-decode: role must be decode or "
+                     "colocated, got ",
+                     WorkerRoleName(config.role)));
   }
   std::unique_ptr<DecodeWorker> w(new DecodeWorker());
   w->config_ = config;
@@ -48,9 +46,9 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(const WorkerC
     tc.ucx_tls = config.ucx_tls;
     tc.ucx_net_devices = config.ucx_net_devices;
     ASSIGN_OR_RETURN(w->transport_, kvtransfer::MakeTransport(tc));
-    ASSIGN_OR_RETURN(region, w->transport_->RegisterRegion(
-                                 engine->kv_pool_base(),
-                                 static_cast<uint64_t>(engine->kv_pool_bytes())));
+    ASSIGN_OR_RETURN(region,
+                     w->transport_->RegisterRegion(engine->kv_pool_base(),
+                                                   static_cast<uint64_t>(engine->kv_pool_bytes())));
     transport_name = w->transport_->capabilities().name;
   }
   w->decode_metrics_ = std::make_unique<DecodeMetrics>(w->registry_, transport_name);
@@ -62,50 +60,25 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(const WorkerC
   opts.scheduler.block_size = config.block_size;
   opts.reservation_deadline = config.reservation_deadline;
   opts.max_waiting = config.max_queued;
-  w->engine_ = std::make_unique<DecodeEngine>(std::move(engine), w->transport_.get(), region,
-                                              opts, w->decode_metrics_.get(), RealClock::Get());
+  w->engine_ = std::make_unique<DecodeEngine>(std::move(engine), w->transport_.get(), region, opts,
+                                              w->decode_metrics_.get(), RealClock::Get());
   w->service_ = std::make_unique<DecodeService>(w->engine_.get());
 
   const ModelConfig& mc = w->model_->config();
-  tandem::v1::WorkerSnapshot snapshot;
-  snapshot.set_role(config.role == WorkerRole::kDecode ? tandem::v1::WORKER_ROLE_DECODE
-                                                       : tandem::v1::WORKER_ROLE_COLOCATED);
-  tandem::v1::ModelInfo* mi = snapshot.mutable_model();
-  mi->set_id(mc.name);
-  mi->set_architecture(mc.arch_name);
-  mi->set_context_length(mc.context_length);
-  mi->set_vocab_size(mc.vocab_size);
+  tandem::v1::WorkerSnapshot snapshot = MakeWorkerSnapshot(config.role, mc);
   internal::ToProto(w->engine_->layout(), snapshot.mutable_layout());
   *snapshot.mutable_load() = LoadToProto(w->engine_->load());
-  w->control_ = std::make_unique<WorkerControlService>(std::move(snapshot),
-                                                       config.heartbeat_interval);
+  ASSIGN_OR_RETURN(w->server_, WorkerServer::Start(config, w->service_.get(), std::move(snapshot),
+                                                   w->registry_));
+  const WorkerServer& server = *w->server_;
+  w->service_->set_advertise_address(server.address());
+  w->engine_->set_worker_id(server.worker_id());
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &w->grpc_port_);
-  builder.RegisterService(w->service_.get());
-  builder.RegisterService(w->control_.get());
-  w->server_ = builder.BuildAndStart();
-  if (w->server_ == nullptr || w->grpc_port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", config.listen));
-  }
-  w->address_ = config.AdvertiseAddress(w->grpc_port_);
-  w->worker_id_ = config.WorkerId(w->grpc_port_);
-  w->service_->set_advertise_address(w->address_);
-  w->control_->set_worker_id(w->worker_id_);
-  w->engine_->set_worker_id(w->worker_id_);
-  w->server_->GetHealthCheckService()->SetServingStatus(true);
-
-  if (config.metrics_port >= 0) {
-    ASSIGN_OR_RETURN(w->metrics_,
-                     MetricsHttpServer::Start(w->registry_, config.metrics_host,
-                                              config.metrics_port));
-  }
-  WorkerControlService* control = w->control_.get();
+  WorkerControlService* control = &w->server_->control();
   w->engine_->Start([control](const LoadInfo& l) { control->PublishLoad(LoadToProto(l)); });
-  LOG(INFO) << "tandem-decode " << w->worker_id_ << " role=" << WorkerRoleName(config.role)
-            << " serving on " << w->address_ << " (port " << w->grpc_port_ << "), metrics port "
-            << w->metrics_port() << ", model " << mc.name << ", "
+  LOG(INFO) << "tandem-decode " << server.worker_id() << " role=" << WorkerRoleName(config.role)
+            << " serving on " << server.address() << " (port " << server.grpc_port()
+            << "), metrics port " << server.metrics_port() << ", model " << mc.name << ", "
             << w->engine_->engine().num_blocks() << " KV blocks, transport " << transport_name;
   return w;
 }
@@ -113,19 +86,9 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(const WorkerC
 DecodeWorker::~DecodeWorker() { Shutdown(); }
 
 bool DecodeWorker::Drain(absl::Duration grace) {
-  LOG(INFO) << "draining: " << engine_->num_live_requests() << " requests in flight, grace "
-            << grace;
-  service_->set_draining(true);
-  server_->GetHealthCheckService()->SetServingStatus(false);
-  const absl::Time deadline = absl::Now() + grace;
-  while (engine_->num_live_requests() > 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  const bool clean = engine_->num_live_requests() == 0;
-  if (!clean) {
-    LOG(WARNING) << "drain grace over with " << engine_->num_live_requests()
-                 << " requests in flight; failing them";
-  }
+  const bool clean = server_->Drain(
+      grace, [this] { return engine_->num_live_requests(); },
+      [this] { service_->set_draining(true); });
   Shutdown();
   return clean;
 }
@@ -138,12 +101,7 @@ void DecodeWorker::Shutdown() {
   if (service_ != nullptr) service_->set_draining(true);
   // Fail what is left first so every stream is closed before the server waits for them.
   if (engine_ != nullptr) engine_->Stop();
-  if (control_ != nullptr) control_->Shutdown();
-  // Every call has been finished above; what the deadline still waits for is
-  // idle client connections, which need not hold the exit.
-  if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now() +
-                                            std::chrono::milliseconds(250));
-  if (metrics_ != nullptr) metrics_->Stop();
+  if (server_ != nullptr) server_->Shutdown();
   // The transport's region is the engine's KV pool: unregister before it goes.
   if (transport_ != nullptr) transport_->Shutdown();
 }

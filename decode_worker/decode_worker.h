@@ -2,23 +2,21 @@
 // DecodeWorker: a whole tandem-decode process minus flag parsing: loads the
 // model, builds the engine and (role decode) the KV transport with the pool
 // registered, and serves tandem.v1.Decode, tandem.v1.Control (Watch),
-// grpc.health.v1 and Prometheus /metrics. Integration tests run this very
-// object; main.cc only builds the config and waits for SIGTERM.
+// grpc.health.v1 and Prometheus /metrics (the serving half is the shared
+// WorkerServer). Integration tests run this very object; main.cc only builds
+// the config and waits for SIGTERM (common/worker_main.h).
 //
 // Thread-safe. Shutdown() (also run by the destructor) is idempotent.
 
 #include <memory>
 #include <string>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
-#include "common/metrics_http_server.h"
 #include "common/model.h"
 #include "common/worker_config.h"
-#include "common/worker_control.h"
+#include "common/worker_server.h"
 #include "decode_worker/decode_engine.h"
 #include "decode_worker/decode_service.h"
 #include "decode_worker/metrics.h"
@@ -34,10 +32,8 @@ class DecodeWorker {
   static absl::StatusOr<std::unique_ptr<DecodeWorker>> Create(const WorkerConfig& config);
   ~DecodeWorker();
 
-  const std::string& address() const { return address_; }  // advertised host:port
-  const std::string& worker_id() const { return worker_id_; }
-  int grpc_port() const { return grpc_port_; }
-  int metrics_port() const { return metrics_ != nullptr ? metrics_->port() : -1; }
+  // Address, worker id and ports.
+  const WorkerServer& server() const { return *server_; }
   LoadInfo load() const { return engine_->load(); }
   MetricsRegistry& registry() { return registry_; }
 
@@ -52,18 +48,13 @@ class DecodeWorker {
   DecodeWorker() = default;
 
   WorkerConfig config_;
-  std::string address_;
-  std::string worker_id_;
-  int grpc_port_ = 0;
   MetricsRegistry registry_;
   std::unique_ptr<DecodeMetrics> decode_metrics_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<kvtransfer::KvTransport> transport_;
   std::unique_ptr<DecodeEngine> engine_;
   std::unique_ptr<DecodeService> service_;
-  std::unique_ptr<WorkerControlService> control_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<MetricsHttpServer> metrics_;
+  std::unique_ptr<WorkerServer> server_;  // destroyed before service_, which must outlive it
   bool shut_down_ = false;
 };
 

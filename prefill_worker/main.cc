@@ -1,90 +1,24 @@
-// tandem-prefill: a prefill worker. Flags mirror the YAML keys of common/worker_config.h (where the
-// defaults are documented); a flag given on the command line overrides the
-// file. Prints one line "READY address=... grpc_port=... metrics_port=..." to
-// stdout once serving; SIGTERM drains (exit 0).
+// tandem-prefill: a prefill worker. Flags mirror the YAML keys of
+// common/worker_config.h (where the defaults are documented); a flag given on
+// the command line overrides the file. Prints one line "READY address=...
+// grpc_port=... metrics_port=..." to stdout once serving; SIGTERM drains
+// (exit 0). The flags and the process live in common/worker_main.h; this
+// file only defines the flags whose help is the prefill worker's own.
 
-#include <cstdio>
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/reflection.h"
-#include "absl/flags/usage.h"
-#include "common/logging.h"
-#include "common/termination_signal.h"
-#include "common/worker_config.h"
+#include "common/worker_main.h"
 #include "prefill_worker/prefill_worker.h"
 
-ABSL_FLAG(std::string, config, "", "YAML config file; flags given on the command line override it");
-// One flag per WorkerConfig key; "" (unset) keeps the file's or the default value.
-ABSL_FLAG(std::string, worker_id, "", "worker id (default <role>@<address>)");
 ABSL_FLAG(std::string, role, "", "prefill (the only role of this binary)");
-ABSL_FLAG(std::string, model, "", "GGUF model path (required)");
-ABSL_FLAG(std::string, listen, "", "gRPC listen address (default 0.0.0.0:50051; port 0: any)");
-ABSL_FLAG(std::string, advertise, "", "address peers dial (default: listen host, bound port)");
-ABSL_FLAG(std::string, metrics_port, "", "Prometheus /metrics port (default 9090; 0 any, -1 off)");
-ABSL_FLAG(std::string, metrics_host, "", "metrics bind host (default 0.0.0.0)");
-ABSL_FLAG(std::string, threads, "", "compute threads (default 0: all)");
-ABSL_FLAG(std::string, kv_cache_bytes, "", "KV pool bytes (default 268435456)");
-ABSL_FLAG(std::string, kv_blocks, "", "KV pool blocks, overrides kv_cache_bytes (default 0)");
-ABSL_FLAG(std::string, block_size, "", "tokens per KV block (default 16)");
-ABSL_FLAG(std::string, kv_dtype, "", "f32 | f16 (default f32)");
-ABSL_FLAG(std::string, prefix_cache, "", "true | false (default true)");
-ABSL_FLAG(std::string, chunk_size, "", "max prefill tokens per request per step (default 256)");
-ABSL_FLAG(std::string, token_budget, "", "tokens per engine step (default 512)");
 ABSL_FLAG(std::string, max_running, "", "requests prefilled at once (default 64)");
-ABSL_FLAG(std::string, max_queued, "", "waiting requests before RESOURCE_EXHAUSTED (default 1024)");
-ABSL_FLAG(std::string, transport, "", "ucx | loopback (default ucx)");
-ABSL_FLAG(std::string, transport_mode, "", "auto | put | am (default auto)");
-ABSL_FLAG(std::string, ucx_tls, "", "UCX transports, UCX_TLS syntax (default: UCX's)");
-ABSL_FLAG(std::string, ucx_net_devices, "", "UCX devices, UCX_NET_DEVICES syntax (default: UCX's)");
 ABSL_FLAG(std::string, reservation_deadline, "", "unused by prefill (decode key; accepted)");
-ABSL_FLAG(std::string, drain_grace, "", "SIGTERM grace for in-flight requests (default 30s)");
-ABSL_FLAG(std::string, heartbeat_interval, "", "Control.Watch heartbeat period (default 1s)");
 
 int main(int argc, char** argv) {
-  tandem::BlockTerminationSignals();
-  absl::SetProgramUsageMessage("tandem-prefill --model=M.gguf [--config=prefill.yaml] [flags]");
-  absl::ParseCommandLine(argc, argv);
-  google::InitGoogleLogging(argv[0]);
-  FLAGS_logtostderr = true;
-
-  tandem::WorkerConfig config;
-  config.role = tandem::WorkerRole::kPrefill;
-  if (const std::string path = absl::GetFlag(FLAGS_config); !path.empty()) {
-    if (absl::Status s = config.ApplyYamlFile(path); !s.ok()) {
-      LOG(ERROR) << s;
-      return 2;
-    }
-  }
-  for (const std::string& key : tandem::WorkerConfig::Keys()) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(key);
-    // Every key flag defaults to "" (unset): a non-empty value was given.
-    if (flag != nullptr && !flag->CurrentValue().empty()) {
-      if (absl::Status s = config.Set(key, flag->CurrentValue()); !s.ok()) {
-        LOG(ERROR) << "--" << key << ": " << s;
-        return 2;
-      }
-    }
-  }
-  if (absl::Status s = config.Validate(); !s.ok()) {
-    LOG(ERROR) << s;
-    return 2;
-  }
-  auto worker = tandem::prefill_worker::PrefillWorker::Create(config);
-  if (!worker.ok()) {
-    LOG(ERROR) << "tandem-prefill: " << worker.status();
-    return 1;
-  }
-  std::printf("READY address=%s grpc_port=%d metrics_port=%d worker_id=%s\n",
-              (*worker)->address().c_str(), (*worker)->grpc_port(), (*worker)->metrics_port(),
-              (*worker)->worker_id().c_str());
-  std::fflush(stdout);
-
-  const int sig = tandem::WaitForTerminationSignal();
-  LOG(INFO) << "signal " << sig << ": draining";
-  const bool clean = (*worker)->Drain(config.drain_grace);
-  worker->reset();
-  LOG(INFO) << "tandem-prefill exiting (" << (clean ? "drained" : "grace expired") << ")";
-  return 0;
+  return tandem::RunWorkerMain<tandem::prefill_worker::PrefillWorker>(
+      argc, argv,
+      {.program = "tandem-prefill",
+       .usage = "tandem-prefill --model=M.gguf [--config=prefill.yaml] [flags]",
+       .default_role = tandem::WorkerRole::kPrefill});
 }

@@ -1,11 +1,8 @@
 #include "prefill_worker/prefill_worker.h"
 
-#include <grpcpp/health_check_service_interface.h>
-
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/ggml_type.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -55,19 +52,13 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(const Worke
   opts.scheduler.max_running = config.max_running;
   opts.scheduler.block_size = config.block_size;
   opts.max_queued = config.max_queued;
-  w->engine_ = std::make_unique<PrefillEngine>(std::move(engine), w->transport_.get(),
-                                               w->committer_.get(), opts,
-                                               w->prefill_metrics_.get(), RealClock::Get());
+  w->engine_ =
+      std::make_unique<PrefillEngine>(std::move(engine), w->transport_.get(), w->committer_.get(),
+                                      opts, w->prefill_metrics_.get(), RealClock::Get());
   w->service_ = std::make_unique<PrefillService>(w->engine_.get());
 
   const ModelConfig& mc = w->model_->config();
-  tandem::v1::WorkerSnapshot snapshot;
-  snapshot.set_role(tandem::v1::WORKER_ROLE_PREFILL);
-  tandem::v1::ModelInfo* mi = snapshot.mutable_model();
-  mi->set_id(mc.name);
-  mi->set_architecture(mc.arch_name);
-  mi->set_context_length(mc.context_length);
-  mi->set_vocab_size(mc.vocab_size);
+  tandem::v1::WorkerSnapshot snapshot = MakeWorkerSnapshot(WorkerRole::kPrefill, mc);
   const kvtransfer::KvLayout& layout = w->engine_->layout();
   tandem::v1::KvLayout* pl = snapshot.mutable_layout();
   pl->set_num_layers(layout.num_layers);
@@ -77,53 +68,26 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(const Worke
   pl->set_dtype(std::string(GgmlTypeName(layout.dtype)));
   pl->set_model_id(layout.model_id);
   *snapshot.mutable_load() = LoadToProto(w->engine_->load());
-  w->control_ = std::make_unique<WorkerControlService>(std::move(snapshot),
-                                                       config.heartbeat_interval);
+  ASSIGN_OR_RETURN(w->server_, WorkerServer::Start(config, w->service_.get(), std::move(snapshot),
+                                                   w->registry_));
+  const WorkerServer& server = *w->server_;
+  w->engine_->set_worker_id(server.worker_id());
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &w->grpc_port_);
-  builder.RegisterService(w->service_.get());
-  builder.RegisterService(w->control_.get());
-  w->server_ = builder.BuildAndStart();
-  if (w->server_ == nullptr || w->grpc_port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", config.listen));
-  }
-  w->address_ = config.AdvertiseAddress(w->grpc_port_);
-  w->worker_id_ = config.WorkerId(w->grpc_port_);
-  w->control_->set_worker_id(w->worker_id_);
-  w->engine_->set_worker_id(w->worker_id_);
-  w->server_->GetHealthCheckService()->SetServingStatus(true);
-  if (config.metrics_port >= 0) {
-    ASSIGN_OR_RETURN(w->metrics_,
-                     MetricsHttpServer::Start(w->registry_, config.metrics_host,
-                                              config.metrics_port));
-  }
-  WorkerControlService* control = w->control_.get();
+  WorkerControlService* control = &w->server_->control();
   w->engine_->Start([control](const PrefillLoad& l) { control->PublishLoad(LoadToProto(l)); });
-  LOG(INFO) << "tandem-prefill " << w->worker_id_ << " serving on " << w->address_ << " (port "
-            << w->grpc_port_ << "), metrics port " << w->metrics_port() << ", model " << mc.name
-            << ", " << w->engine_->engine().num_blocks() << " KV blocks, transport "
-            << transport_name;
+  LOG(INFO) << "tandem-prefill " << server.worker_id() << " serving on " << server.address()
+            << " (port " << server.grpc_port() << "), metrics port " << server.metrics_port()
+            << ", model " << mc.name << ", " << w->engine_->engine().num_blocks()
+            << " KV blocks, transport " << transport_name;
   return w;
 }
 
 PrefillWorker::~PrefillWorker() { Shutdown(); }
 
 bool PrefillWorker::Drain(absl::Duration grace) {
-  LOG(INFO) << "draining: " << engine_->num_live_requests() << " requests in flight, grace "
-            << grace;
-  service_->set_draining(true);
-  server_->GetHealthCheckService()->SetServingStatus(false);
-  const absl::Time deadline = absl::Now() + grace;
-  while (engine_->num_live_requests() > 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  const bool clean = engine_->num_live_requests() == 0;
-  if (!clean) {
-    LOG(WARNING) << "drain grace over with " << engine_->num_live_requests()
-                 << " requests in flight; failing them";
-  }
+  const bool clean = server_->Drain(
+      grace, [this] { return engine_->num_live_requests(); },
+      [this] { service_->set_draining(true); });
   Shutdown();
   return clean;
 }
@@ -137,12 +101,7 @@ void PrefillWorker::Shutdown() {
   if (engine_ != nullptr) engine_->Stop();
   // Commit callbacks post to the engine's queue: none may run after this.
   if (committer_ != nullptr) committer_->Shutdown();
-  if (control_ != nullptr) control_->Shutdown();
-  // Every call has been finished above; what the deadline still waits for is
-  // idle client connections, which need not hold the exit.
-  if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now() +
-                                            std::chrono::milliseconds(250));
-  if (metrics_ != nullptr) metrics_->Stop();
+  if (server_ != nullptr) server_->Shutdown();
   // Pending writes read the engine's KV pool: stop them before it goes.
   if (transport_ != nullptr) transport_->Shutdown();
 }

@@ -2,23 +2,21 @@
 // PrefillWorker: a whole tandem-prefill process minus flag parsing: loads
 // the model, builds the engine and the KV transport (its pool registered as
 // a write source), and serves tandem.v1.Prefill, tandem.v1.Control (Watch),
-// grpc.health.v1 and Prometheus /metrics. Integration tests run this very
-// object; main.cc only builds the config and waits for SIGTERM.
+// grpc.health.v1 and Prometheus /metrics (the serving half is the shared
+// WorkerServer). Integration tests run this very object; main.cc only builds
+// the config and waits for SIGTERM (common/worker_main.h).
 //
 // Thread-safe. Shutdown() (also run by the destructor) is idempotent.
 
 #include <memory>
 #include <string>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
-#include "common/metrics_http_server.h"
 #include "common/model.h"
 #include "common/worker_config.h"
-#include "common/worker_control.h"
+#include "common/worker_server.h"
 #include "kvtransfer/transport.h"
 #include "prefill_worker/commit_client.h"
 #include "prefill_worker/metrics.h"
@@ -33,10 +31,8 @@ class PrefillWorker {
   static absl::StatusOr<std::unique_ptr<PrefillWorker>> Create(const WorkerConfig& config);
   ~PrefillWorker();
 
-  const std::string& address() const { return address_; }
-  const std::string& worker_id() const { return worker_id_; }
-  int grpc_port() const { return grpc_port_; }
-  int metrics_port() const { return metrics_ != nullptr ? metrics_->port() : -1; }
+  // Address, worker id and ports.
+  const WorkerServer& server() const { return *server_; }
   PrefillLoad load() const { return engine_->load(); }
   MetricsRegistry& registry() { return registry_; }
 
@@ -50,9 +46,6 @@ class PrefillWorker {
   PrefillWorker() = default;
 
   WorkerConfig config_;
-  std::string address_;
-  std::string worker_id_;
-  int grpc_port_ = 0;
   MetricsRegistry registry_;
   std::unique_ptr<PrefillMetrics> prefill_metrics_;
   std::unique_ptr<Model> model_;
@@ -60,9 +53,7 @@ class PrefillWorker {
   std::unique_ptr<CommitClient> committer_;
   std::unique_ptr<PrefillEngine> engine_;
   std::unique_ptr<PrefillService> service_;
-  std::unique_ptr<WorkerControlService> control_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<MetricsHttpServer> metrics_;
+  std::unique_ptr<WorkerServer> server_;  // destroyed before service_, which must outlive it
   bool shut_down_ = false;
 };
 

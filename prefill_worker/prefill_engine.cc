@@ -160,12 +160,29 @@ absl::Duration PrefillEngine::IdleWait(absl::Time now) const {
   return wait;
 }
 
+void PrefillEngine::AbortReservation(const std::string& decode_worker,
+                                     const std::string& request_id) {
+  if (decode_worker.empty() || request_id.empty()) {
+    return;
+  }
+  CommitArgs abort;
+  abort.decode_worker = decode_worker;
+  abort.request_id = request_id;
+  abort.abort = true;
+  abort.deadline = clock_.Now() + absl::Seconds(5);
+  committer_->Commit(std::move(abort), [request_id](absl::Status st) {
+    VLOG(1) << "abort notice for " << request_id << ": " << st;
+  });
+}
+
 void PrefillEngine::DoSubmit(SequenceId key, PrefillJob job, PrefillCall* call) {
   if (stopping_) {
+    AbortReservation(job.decode_worker, job.request_id);
     call->Done(stop_reason_);
     return;
   }
   if (by_request_id_.contains(job.request_id)) {
+    // No abort notice: the reservation is the live request's.
     call->Done(absl::AlreadyExistsError(
         absl::StrCat("request ", job.request_id, " is already being prefilled here")));
     return;
@@ -174,6 +191,7 @@ void PrefillEngine::DoSubmit(SequenceId key, PrefillJob job, PrefillCall* call) 
   for (const auto& [k, s] : seqs_) queued += s->state == State::kQueued;
   if (queued >= options_.max_queued) {
     metrics_->RequestDone(absl::StatusCode::kResourceExhausted);
+    AbortReservation(job.decode_worker, job.request_id);
     call->Done(absl::ResourceExhaustedError(
         absl::StrCat("prefill admission queue full (", queued, " requests waiting)")));
     return;
@@ -474,18 +492,10 @@ void PrefillEngine::Complete(Seq& s, absl::StatusOr<PrefillResult> result) {
   if (s.state == State::kAborting || !s.write_error.ok()) {
     transport_->Forget(s.job.transfer_tag);  // drop the sender's cancelled-tag record
   }
-  if (!result.ok() && s.state != State::kCommitting && !s.job.decode_worker.empty()) {
+  if (!result.ok() && s.state != State::kCommitting) {
     // No commit reached the decode worker and none of our writes is in
-    // flight (Complete runs once they all ended): tell it, so it frees the
-    // reservation's blocks now instead of fencing them past the deadline.
-    CommitArgs abort;
-    abort.decode_worker = s.job.decode_worker;
-    abort.request_id = s.job.request_id;
-    abort.abort = true;
-    abort.deadline = clock_.Now() + absl::Seconds(5);
-    committer_->Commit(std::move(abort), [request_id = s.job.request_id](absl::Status st) {
-      VLOG(1) << "abort notice for " << request_id << ": " << st;
-    });
+    // flight (Complete runs once they all ended).
+    AbortReservation(s.job.decode_worker, s.job.request_id);
   }
   metrics_->RequestDone(code);
   metrics_->request_seconds->Observe(absl::ToDoubleSeconds(clock_.Now() - s.arrival));

@@ -140,6 +140,12 @@ class PrefillEngine {
   // frees the blocks once no write reads them, and completes the call
   // with CANCELLED.
   void CancelKey(SequenceId key);
+  // Any thread. Tells the decode worker holding `request_id`'s reservation
+  // that this worker will not write into it (Decode.Commit with abort), so
+  // it frees the blocks at once instead of fencing them past the deadline.
+  // For requests refused before any write (the engine sends it itself for
+  // requests it accepted).
+  void AbortReservation(const std::string& decode_worker, const std::string& request_id);
 
   int32_t num_live_requests() const { return num_live_.load(std::memory_order_relaxed); }
   PrefillLoad load() const;

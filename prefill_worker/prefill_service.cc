@@ -51,8 +51,7 @@ absl::StatusOr<PrefillJob> PrefillService::ToJob(const tandem::v1::PrefillReques
   job.request_id = submit.request_id();
   job.prompt.assign(submit.prompt_ids().begin(), submit.prompt_ids().end());
   job.sampling = SamplingFromProto(submit.sampling());
-  RETURN_IF_ERROR(
-      ValidateGenerationRequest(model, job.prompt, submit.max_tokens(), job.sampling));
+  RETURN_IF_ERROR(ValidateGenerationRequest(model, job.prompt, submit.max_tokens(), job.sampling));
   if (!request.has_reservation()) {
     return absl::InvalidArgumentError("prefill: the request carries no KV reservation");
   }
@@ -79,13 +78,12 @@ absl::StatusOr<PrefillJob> PrefillService::ToJob(const tandem::v1::PrefillReques
   }
   remote.dtype = *dtype;
   RETURN_IF_ERROR(kvtransfer::CheckLayoutsMatch(local_layout, remote));
-  const int64_t want_blocks = (static_cast<int64_t>(job.prompt.size()) + remote.block_size - 1) /
-                              remote.block_size;
+  const int64_t want_blocks =
+      (static_cast<int64_t>(job.prompt.size()) + remote.block_size - 1) / remote.block_size;
   if (r.block_ids_size() != want_blocks) {
-    return absl::InvalidArgumentError(absl::StrCat("prefill: the reservation has ",
-                                                   r.block_ids_size(), " blocks, the prompt of ",
-                                                   job.prompt.size(), " tokens needs ",
-                                                   want_blocks));
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefill: the reservation has ", r.block_ids_size(), " blocks, the prompt of ",
+                     job.prompt.size(), " tokens needs ", want_blocks));
   }
   const uint64_t per_block = static_cast<uint64_t>(remote.num_layers) * 2 * remote.block_bytes();
   if (r.pool_bytes() == 0 || r.pool_bytes() % per_block != 0) {
@@ -121,13 +119,21 @@ absl::StatusOr<PrefillJob> PrefillService::ToJob(const tandem::v1::PrefillReques
 grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* context,
                                                   const tandem::v1::PrefillRequest* request,
                                                   tandem::v1::PrefillResponse* response) {
+  // A refused request never writes: its decode worker may free the
+  // reservation at once (see PrefillEngine::AbortReservation).
+  auto abort_reservation = [&] {
+    engine_->AbortReservation(request->reservation().decode_worker(),
+                              request->reservation().request_id());
+  };
   if (draining_.load(std::memory_order_relaxed)) {
+    abort_reservation();
     grpc::ServerUnaryReactor* r = context->DefaultReactor();
     r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "prefill worker is draining"));
     return r;
   }
   absl::StatusOr<PrefillJob> job = ToJob(*request, engine_->model_config(), engine_->layout());
   if (!job.ok()) {
+    abort_reservation();
     grpc::ServerUnaryReactor* r = context->DefaultReactor();
     r->Finish(ToGrpcStatus(job.status()));
     return r;

@@ -669,6 +669,7 @@ TEST_F(WorkerE2eTest, BadInputIsInvalidArgumentAndWorkersKeepServing) {
   // A reservation whose layout differs (block size) is refused naming both layouts.
   {
     grpc::ClientContext rctx;
+    rctx.set_deadline(In(absl::Seconds(10)));  // without the notice: DEADLINE_EXCEEDED, no hang
     v1::ReserveRequest rreq;
     *rreq.mutable_request() = good;
     rreq.mutable_request()->set_request_id("layout-mismatch");
@@ -685,10 +686,14 @@ TEST_F(WorkerE2eTest, BadInputIsInvalidArgumentAndWorkersKeepServing) {
     EXPECT_EQ(ps.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
     EXPECT_THAT(ps.error_message(), HasSubstr("block=16"));
     EXPECT_THAT(ps.error_message(), HasSubstr("block=32"));
-    rctx.TryCancel();
+    // The refusing prefill worker tells the decode worker over gRPC
+    // (Decode.Commit with abort): the reservation ends at once, not at its
+    // deadline, and its blocks are not fenced.
     while (reader->Read(&ev)) {
     }
-    reader->Finish().ok();
+    const grpc::Status rs = reader->Finish();
+    EXPECT_EQ(rs.error_code(), grpc::StatusCode::UNAVAILABLE) << rs.error_message();
+    EXPECT_THAT(rs.error_message(), HasSubstr("prefill worker gave it up"));
   }
   // Still serving, and nothing leaked.
   Outcome ok = RunDisaggregated(*decode, *prefill, good);

@@ -189,6 +189,7 @@ struct Options {
   int token_budget = 48;
   absl::Duration reservation_deadline = absl::Seconds(10);
   absl::Duration fence_grace = absl::Seconds(1);
+  int32_t prefill_max_queued = 1024;
 };
 
 class Cluster {
@@ -217,6 +218,7 @@ class Cluster {
     prefill_worker::PrefillEngineOptions popts;
     popts.scheduler.token_budget = o.token_budget;
     popts.scheduler.chunk_size = o.chunk_size;
+    popts.max_queued = o.prefill_max_queued;
     prefill_ = std::make_unique<prefill_worker::PrefillEngine>(
         std::move(p_engine), prefill_transport_.get(), &committer_, popts, &prefill_metrics_,
         RealClock::Get());
@@ -674,6 +676,25 @@ TEST(WorkerLoopbackTest, ReserveQueuesUntilThePoolHasItsBlocks) {
   ASSERT_TRUE(queued_sink.WaitDone());
   ASSERT_OK(queued_sink.status());
   EXPECT_EQ(queued_sink.tokens(), w.tokens);
+  EXPECT_TRUE(c.PoolsBackToZero());
+}
+
+// A prefill worker that refuses a request (here: its admission queue is
+// full) never writes into the reservation and says so: the decode worker
+// ends the request and frees its blocks at once, with no fence, long before
+// the 10 s reservation deadline.
+TEST(WorkerLoopbackTest, RefusedPrefillFreesTheReservationAtOnce) {
+  Options o;
+  o.prefill_max_queued = 0;
+  Cluster c(o);
+  const Want w = Reference(Tokens("Ann had a small blue cup."), 8, {});
+  auto run = Start(c, w, "refused");
+  EXPECT_THAT(run->call->Wait(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("admission queue full")));
+  ASSERT_TRUE(run->sink->WaitDone());
+  EXPECT_THAT(run->sink->status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("prefill worker gave it up")));
+  EXPECT_EQ(c.committer().aborts(), 1);
   EXPECT_TRUE(c.PoolsBackToZero());
 }
 

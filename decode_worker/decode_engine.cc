@@ -314,10 +314,7 @@ bool DecodeEngine::TryReserve(Seq& s, absl::Time now) {
   s.deadline = std::min(now + options_.reservation_deadline, s.deadline);
   s.expected_bytes = static_cast<uint64_t>(layout_.num_layers) * 2 * blocks->size() *
                      static_cast<uint64_t>(layout_.block_bytes());
-  if (now > s.arrival) {
-    VLOG(1) << "reserve request_id=" << s.request_id << " waited "
-            << absl::ToDoubleSeconds(now - s.arrival) << " s for blocks";
-  }
+  metrics_->reservation_wait->Observe(absl::ToDoubleSeconds(now - s.arrival));
   Reservation reservation;
   reservation.request_id = s.request_id;
   reservation.transfer_tag = s.tag;
@@ -365,6 +362,7 @@ void DecodeEngine::DoCommit(CommitSpec commit, absl::AnyInvocable<void(absl::Sta
       if (fences_[i].request_id == commit.request_id) {
         ReleaseFence(i, commit.abort ? "prefill worker aborted" : "prefill worker committed late");
         if (commit.abort) {
+          metrics_->reservation_aborts->Increment();
           std::move(done)(absl::OkStatus());
           return;
         }
@@ -384,6 +382,7 @@ void DecodeEngine::DoCommit(CommitSpec commit, absl::AnyInvocable<void(absl::Sta
       return;
     }
     s.writer_done = true;
+    metrics_->reservation_aborts->Increment();
     std::move(done)(absl::OkStatus());
     FailSeq(s, absl::UnavailableError(
                    absl::StrCat("request ", commit.request_id, ": the prefill worker gave it up")));
@@ -787,6 +786,7 @@ void DecodeEngine::UpdateLoad() {
   metrics_->running_requests->Set(l.running);
   metrics_->waiting_requests->Set(l.waiting);
   metrics_->reserved_requests->Set(l.reserved);
+  metrics_->fenced_reservations->Set(l.fenced);
   metrics_->kv_blocks_free->Set(l.free_blocks);
   metrics_->kv_blocks_used->Set(l.used_blocks);
   metrics_->kv_blocks_cached->Set(l.cached_blocks);

@@ -26,6 +26,15 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& r, const std::string& transport)
       preemptions(r.GetCounter("tandem_decode_preemptions_total",
                                "Sequences preempted (blocks freed, recomputed later).")),
       reservations_expired(r.GetCounter("tandem_decode_reservations_expired_total",
-                                        "Reservations freed because their KV never arrived.")) {}
+                                        "Reservations freed because their KV never arrived.")),
+      fenced_reservations(
+          r.GetGauge("tandem_decode_fenced_reservations",
+                     "Ended reservations whose blocks stay allocated until no write can land.")),
+      reservation_aborts(
+          r.GetCounter("tandem_decode_reservation_aborts_total",
+                       "Reservations a prefill worker gave up (Commit with abort).")),
+      reservation_wait(r.GetHistogram("tandem_decode_reservation_wait_seconds",
+                                      "Time a Reserve queued for KV blocks before its reservation.",
+                                      LatencyBuckets())) {}
 
 }  // namespace tandem::decode_worker

@@ -24,6 +24,9 @@ struct DecodeMetrics : WorkerMetrics {
   Counter* generated_tokens;
   Counter* preemptions;
   Counter* reservations_expired;
+  Gauge* fenced_reservations;
+  Counter* reservation_aborts;
+  Histogram* reservation_wait;
 };
 
 }  // namespace tandem::decode_worker

@@ -590,6 +590,7 @@ TEST(WorkerLoopbackTest, ReservationCancelledMidWriteIsFencedUntilTheWriterStops
   EXPECT_THAT(sink.status(), StatusIs(absl::StatusCode::kCancelled, ::testing::_));
   ASSERT_TRUE(FencedBecomes(c, 1));
   EXPECT_EQ(c.decode().load().used_blocks, static_cast<int32_t>(res.block_ids.size()));
+  EXPECT_THAT(c.decode_registry().RenderText(), HasSubstr("tandem_decode_fenced_reservations 1\n"));
 
   Sink next_sink;
   const std::vector<int32_t> next = ReserveBlocks(c, "next", w, &next_sink);
@@ -677,6 +678,9 @@ TEST(WorkerLoopbackTest, ReserveQueuesUntilThePoolHasItsBlocks) {
   ASSERT_OK(queued_sink.status());
   EXPECT_EQ(queued_sink.tokens(), w.tokens);
   EXPECT_TRUE(c.PoolsBackToZero());
+  // holder and queued got reservations; late never did.
+  EXPECT_THAT(c.decode_registry().RenderText(),
+              HasSubstr("tandem_decode_reservation_wait_seconds_count 2\n"));
 }
 
 // A prefill worker that refuses a request (here: its admission queue is
@@ -696,6 +700,8 @@ TEST(WorkerLoopbackTest, RefusedPrefillFreesTheReservationAtOnce) {
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("prefill worker gave it up")));
   EXPECT_EQ(c.committer().aborts(), 1);
   EXPECT_TRUE(c.PoolsBackToZero());
+  EXPECT_THAT(c.decode_registry().RenderText(),
+              HasSubstr("tandem_decode_reservation_aborts_total 1\n"));
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tandem/v1/generation.grpc.pb.h"
+#include "tandem/v1/worker.grpc.pb.h"
 #include "tests/integration/router_process.h"
 #include "tests/testing/test_paths.h"
 
@@ -108,6 +109,33 @@ std::vector<std::string> SseData(const std::string& body) {
     }
   }
   return out;
+}
+
+// Watches the worker at `address` (Control.Watch) until its pool has no used
+// blocks and no requests, for up to `timeout`.
+::testing::AssertionResult WorkerIdle(const std::string& address, absl::Duration timeout) {
+  auto stub =
+      v1::Control::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  auto reader = stub->Watch(&ctx, v1::WatchRequest());
+  v1::WorkerEvent ev;
+  v1::WorkerLoad load;
+  while (reader->Read(&ev)) {
+    if (ev.has_snapshot()) load = ev.snapshot().load();
+    if (ev.has_load()) load = ev.load();
+    if (load.total_kv_blocks() > 0 && load.free_kv_blocks() == load.total_kv_blocks() &&
+        load.running_requests() == 0 && load.waiting_requests() == 0) {
+      ctx.TryCancel();
+      reader->Finish().ok();
+      return ::testing::AssertionSuccess();
+    }
+  }
+  reader->Finish().ok();
+  return ::testing::AssertionFailure()
+         << address << ": " << load.total_kv_blocks() - load.free_kv_blocks()
+         << " KV blocks still used, " << load.running_requests() << " running after "
+         << absl::FormatDuration(timeout);
 }
 
 class RouterIntegrationTest : public ::testing::Test {
@@ -371,6 +399,41 @@ TEST_F(RouterIntegrationTest, DisaggregatedGreedyMatchesReference) {
                        "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200) << res->body;
+}
+
+// A client that cancels mid-stream: the router cancels its decode (and
+// prefill) calls and both workers' pools return to zero used blocks.
+TEST_F(RouterIntegrationTest, ClientCancelMidStreamFreesKvOnBothWorkers) {
+  const std::string d = StartWorker(TANDEM_DECODE_BIN, "decode");
+  const std::string p = StartWorker(TANDEM_PREFILL_BIN, "");
+  ASSERT_FALSE(d.empty() || p.empty()) << "a worker did not start";
+  StartRouter({p, d}, "disaggregated", 2);
+  v1::GenerateRequest req = BosOnly(400);
+  req.mutable_sampling()->set_ignore_eos(true);
+  for (int t = 0; t < 60; ++t) req.mutable_token_ids()->add_ids(3 + (t * 7) % 500);
+  auto stub =
+      v1::Generation::NewStub(grpc::CreateChannel(grpc_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  auto reader = stub->Generate(&ctx, req);
+  v1::GenerateResponse m;
+  int tokens = 0;
+  while (tokens < 3 && reader->Read(&m)) tokens += m.tokens_size();
+  ASSERT_GE(tokens, 3) << "the stream ended early";
+  ctx.TryCancel();
+  while (reader->Read(&m)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WorkerIdle(d, absl::Seconds(5)));
+  EXPECT_TRUE(WorkerIdle(p, absl::Seconds(5)));
+  // The decode worker ended the request as cancelled, not by running out
+  // its 400 tokens.
+  std::string decode_log;
+  for (int i = 0; i < 100 && !absl::StrContains(decode_log, "request_done"); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    decode_log = workers_[0]->Log();
+  }
+  EXPECT_THAT(decode_log, HasSubstr("code=CANCELLED")) << decode_log;
 }
 
 // The agreement test: 50 greedy prompts and 50 seeded

@@ -13,7 +13,7 @@
 // thread streams its share of the weights once per call, at any batch.
 // Batch 1-2 Q4_0 transposes blocks in registers without a panel buffer
 // (FusedQ4Rows8); batch <= 3 float types transpose 8x8 tiles in registers
-// and read F16/BF16 in place (GemvLanes).
+// and read F16/BF16 in place (GemvRows8).
 //
 // Every path is batch-invariant: a row's output bits do not depend on m or
 // on the row's place in the batch. Quantized paths sum exact integer block
@@ -813,64 +813,95 @@ void GemmFloat(const WeightView& w, const float* x, int64_t m, float* y, ThreadP
 
 constexpr int kGemvMaxM = 3;  // m above this uses the packed GEMM
 
-// y[i][r0 .. r0 + 8*NH) for i < MI. NH * MI <= 6 independent fma chains
-// hide the fma latency; the 8 transposed columns stay in registers.
-template <GgmlType T, int NH, int MI>
-void GemvLanes(const WeightView& w, int64_t r0, const float* x, float* y) {
-  static_assert(NH >= 1 && MI >= 1 && NH * MI <= 6);
+// y[i][r0 .. r0 + 8) for i < MI, from 8 weight rows. The fma chains that hide
+// the fma latency come from C column chunks summed at once (each chunk's sum
+// starts at zero, so chunks are independent until they are added to y in
+// chunk order, as the GEMM does) rather than from more rows: rows a power of
+// two apart (4 KiB for 2048 F16 columns) share an L1 set, and more than 8 of
+// them read at the same column evict each other's lines (8 ways) before the
+// lines are used up; many rows at once also defeat the stream prefetchers.
+template <GgmlType T, int MI, int C>
+void GemvRows8(const WeightView& w, int64_t r0, const float* x, float* y) {
+  static_assert(MI >= 1 && C >= 1 && MI * C <= 6);
   const int64_t cols = w.cols;
-  const uint8_t* rows[8 * NH];
-  for (int r = 0; r < 8 * NH; ++r) {
+  const uint8_t* rows[8];
+  for (int r = 0; r < 8; ++r) {
     rows[r] = w.data + std::min(r0 + r, w.rows - 1) * w.row_bytes;
   }
-  for (int64_t k0 = 0; k0 < cols; k0 += kFKc) {
-    const int64_t kc = std::min(kFKc, cols - k0);
-    const int64_t kend8 = k0 + (kc & ~int64_t{7});
-    __m256 acc[NH][MI];
+  const int nvalid = static_cast<int>(std::min<int64_t>(8, w.rows - r0));
+  const int64_t n_chunks = (cols + kFKc - 1) / kFKc;
+  for (int64_t c0 = 0; c0 < n_chunks; c0 += C) {
+    __m256 acc[C][MI];
+    int64_t len[C];
 #pragma GCC unroll 6
-    for (int h = 0; h < NH; ++h) {
+    for (int c = 0; c < C; ++c) {
+      len[c] = c0 + c < n_chunks ? std::min(kFKc, cols - (c0 + c) * kFKc) : 0;
 #pragma GCC unroll 3
       for (int i = 0; i < MI; ++i) {
-        acc[h][i] = _mm256_setzero_ps();
+        acc[c][i] = _mm256_setzero_ps();
       }
     }
-    for (int64_t k = k0; k < kend8; k += 8) {
-#pragma GCC unroll 4
-      for (int h = 0; h < NH; ++h) {
+    // Full 8-column tiles; every chunk but the row's last is kFKc long.
+    const int64_t len8 = len[0] & ~int64_t{7};
+    for (int64_t kk = 0; kk < len8; kk += 8) {
+#pragma GCC unroll 6
+      for (int c = 0; c < C; ++c) {
+        if (kk + 8 > len[c]) {
+          continue;  // the row's last, shorter chunk
+        }
+        const int64_t k = (c0 + c) * kFKc + kk;
         __m256 v[8];
 #pragma GCC unroll 8
         for (int r = 0; r < 8; ++r) {
-          v[r] = Load8<T>(rows[8 * h + r], k);
+          v[r] = Load8<T>(rows[r], k);
         }
         Transpose8x8(v);
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
 #pragma GCC unroll 3
           for (int i = 0; i < MI; ++i) {
-            acc[h][i] = _mm256_fmadd_ps(v[j], _mm256_broadcast_ss(x + i * cols + k + j), acc[h][i]);
+            acc[c][i] = _mm256_fmadd_ps(v[j], _mm256_broadcast_ss(x + i * cols + k + j), acc[c][i]);
           }
         }
       }
     }
-    for (int64_t k = kend8; k < k0 + kc; ++k) {
-      for (int h = 0; h < NH; ++h) {
+    for (int c = 0; c < C; ++c) {
+      const int64_t base = (c0 + c) * kFKc;
+      // Columns after the full tiles of this chunk, one at a time.
+      for (int64_t kk = std::min(len8, len[c] & ~int64_t{7}); kk < len[c]; ++kk) {
+        const bool whole_tile = kk + 8 <= len[c] && (kk & 7) == 0;
+        if (whole_tile) {
+          __m256 v[8];
+          for (int r = 0; r < 8; ++r) {
+            v[r] = Load8<T>(rows[r], base + kk);
+          }
+          Transpose8x8(v);
+          for (int j = 0; j < 8; ++j) {
+            for (int i = 0; i < MI; ++i) {
+              acc[c][i] = _mm256_fmadd_ps(v[j], _mm256_broadcast_ss(x + i * cols + base + kk + j),
+                                          acc[c][i]);
+            }
+          }
+          kk += 7;
+          continue;
+        }
         alignas(32) float col[8];
         for (int r = 0; r < 8; ++r) {
-          col[r] = Load1<T>(rows[8 * h + r], k);
+          col[r] = Load1<T>(rows[r], base + kk);
         }
         const __m256 v = _mm256_load_ps(col);
         for (int i = 0; i < MI; ++i) {
-          acc[h][i] = _mm256_fmadd_ps(v, _mm256_set1_ps(x[i * cols + k]), acc[h][i]);
+          acc[c][i] = _mm256_fmadd_ps(v, _mm256_set1_ps(x[i * cols + base + kk]), acc[c][i]);
         }
       }
-    }
-    for (int h = 0; h < NH; ++h) {
-      const int64_t rh = r0 + 8 * h;
-      const int nvalid = static_cast<int>(std::clamp<int64_t>(w.rows - rh, 0, 8));
+      if (len[c] == 0) {
+        continue;
+      }
+      // Add the chunk to y in chunk order, as StoreF16Rows does.
       for (int i = 0; i < MI; ++i) {
-        float* dst = y + i * w.rows + rh;
-        __m256 a = acc[h][i];
-        if (k0 > 0) {  // as StoreF16Rows: chunk sum + y
+        float* dst = y + i * w.rows + r0;
+        __m256 a = acc[c][i];
+        if (base > 0) {
           if (nvalid == 8) {
             a = _mm256_add_ps(a, _mm256_loadu_ps(dst));
           } else {
@@ -887,21 +918,19 @@ void GemvLanes(const WeightView& w, int64_t r0, const float* x, float* y) {
 
 template <GgmlType T>
 void GemvFloat(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
-  // m = 1 streams 32 rows at once (4 chains); m = 2, 3 stream 16 rows.
-  const int64_t rows_per = m == 1 ? 32 : 16;
-  const int64_t groups = (w.rows + rows_per - 1) / rows_per;
-  pool.ParallelFor(groups, 2, [&](int64_t begin, int64_t end) {
+  const int64_t groups = (w.rows + 7) / 8;
+  pool.ParallelFor(groups, 4, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
-      const int64_t r0 = g * rows_per;
+      const int64_t r0 = g * 8;
       switch (m) {
         case 1:
-          GemvLanes<T, 4, 1>(w, r0, x, y);
+          GemvRows8<T, 1, 1>(w, r0, x, y);
           break;
         case 2:
-          GemvLanes<T, 2, 2>(w, r0, x, y);
+          GemvRows8<T, 2, 1>(w, r0, x, y);
           break;
         default:
-          GemvLanes<T, 2, 3>(w, r0, x, y);
+          GemvRows8<T, 3, 1>(w, r0, x, y);
           break;
       }
     }

@@ -33,8 +33,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tandem/v1/generation.grpc.pb.h"
-#include "tandem/v1/worker.grpc.pb.h"
 #include "tests/integration/router_process.h"
+#include "tests/integration/watch_load.h"
 #include "tests/testing/test_paths.h"
 
 namespace tandem::router {
@@ -111,31 +111,9 @@ std::vector<std::string> SseData(const std::string& body) {
   return out;
 }
 
-// Watches the worker at `address` (Control.Watch) until its pool has no used
-// blocks and no requests, for up to `timeout`.
+// The worker at `address` reaches zero used blocks and no requests.
 ::testing::AssertionResult WorkerIdle(const std::string& address, absl::Duration timeout) {
-  auto stub =
-      v1::Control::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  auto reader = stub->Watch(&ctx, v1::WatchRequest());
-  v1::WorkerEvent ev;
-  v1::WorkerLoad load;
-  while (reader->Read(&ev)) {
-    if (ev.has_snapshot()) load = ev.snapshot().load();
-    if (ev.has_load()) load = ev.load();
-    if (load.total_kv_blocks() > 0 && load.free_kv_blocks() == load.total_kv_blocks() &&
-        load.running_requests() == 0 && load.waiting_requests() == 0) {
-      ctx.TryCancel();
-      reader->Finish().ok();
-      return ::testing::AssertionSuccess();
-    }
-  }
-  reader->Finish().ok();
-  return ::testing::AssertionFailure()
-         << address << ": " << load.total_kv_blocks() - load.free_kv_blocks()
-         << " KV blocks still used, " << load.running_requests() << " running after "
-         << absl::FormatDuration(timeout);
+  return tandem::testing::WatchLoadUntil(address, address, tandem::testing::Idle, "idle", timeout);
 }
 
 class RouterIntegrationTest : public ::testing::Test {

@@ -62,6 +62,7 @@
 #include "gtest/gtest.h"
 #include "kvtransfer/kv_layout.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "tests/integration/watch_load.h"
 #include "tests/integration/worker_process.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/test_paths.h"
@@ -295,38 +296,13 @@ std::shared_ptr<grpc::Channel> Dial(const WorkerProcess& w) {
 ::testing::AssertionResult WatchLoadUntil(
     const WorkerProcess& w, const std::function<bool(int, const v1::WorkerLoad&)>& done,
     const std::string& what, absl::Duration timeout) {
-  auto stub = v1::Control::NewStub(Dial(w));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(In(timeout));
-  auto reader = stub->Watch(&ctx, v1::WatchRequest());
-  v1::WorkerEvent ev;
-  v1::WorkerLoad load;
-  while (reader->Read(&ev)) {
-    if (ev.has_snapshot()) load = ev.snapshot().load();
-    if (ev.has_load()) load = ev.load();
-    if (load.total_kv_blocks() > 0 && done(load.total_kv_blocks() - load.free_kv_blocks(), load)) {
-      ctx.TryCancel();
-      reader->Finish().ok();
-      return ::testing::AssertionSuccess();
-    }
-  }
-  reader->Finish().ok();
-  return ::testing::AssertionFailure()
-         << w.name() << ": not " << what << " after " << absl::FormatDuration(timeout) << ": "
-         << (load.total_kv_blocks() - load.free_kv_blocks()) << " KV blocks used ("
-         << load.running_requests() << " running, " << load.waiting_requests() << " waiting, "
-         << load.cached_kv_blocks() << " cached)";
+  return testing::WatchLoadUntil(w.address(), w.name(), done, what, timeout);
 }
 
 // Watches `w` until its pool has no used blocks (total - free == 0) and no requests.
 ::testing::AssertionResult UsedBlocksReachZero(const WorkerProcess& w,
                                                absl::Duration timeout = absl::Seconds(5)) {
-  return WatchLoadUntil(
-      w,
-      [](int used, const v1::WorkerLoad& l) {
-        return used == 0 && l.running_requests() == 0 && l.waiting_requests() == 0;
-      },
-      "back to zero used blocks", timeout);
+  return WatchLoadUntil(w, testing::Idle, "back to zero used blocks", timeout);
 }
 
 // /metrics of `w` as name{labels} -> value.

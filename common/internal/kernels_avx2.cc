@@ -1036,15 +1036,25 @@ void SwiGluAvx2(const float* gate, const float* up, int64_t n, float* out) {
   const int64_t n8 = n & ~int64_t{7};
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  int64_t i = 0;
-  for (; i < n8; i += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + i);
+  auto eight = [&](const float* g8, const float* u8, float* o8) {
+    const __m256 g = _mm256_loadu_ps(g8);
     const __m256 e = Exp256(_mm256_xor_ps(g, sign));
     const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+    _mm256_storeu_ps(o8, _mm256_mul_ps(silu, _mm256_loadu_ps(u8)));
+  };
+  int64_t i = 0;
+  for (; i < n8; i += 8) {
+    eight(gate + i, up + i, out + i);
   }
-  for (; i < n; ++i) {
-    out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  if (i < n) {
+    // The tail goes through the same vector code (padded), not std::exp:
+    // an element's result must not depend on where it sits in the buffer,
+    // which holds every token of the step (batch invariance).
+    alignas(32) float g[8] = {}, u[8] = {}, o[8];
+    std::copy(gate + i, gate + n, g);
+    std::copy(up + i, up + n, u);
+    eight(g, u, o);
+    std::copy(o, o + (n - i), out + i);
   }
 }
 

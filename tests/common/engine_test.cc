@@ -449,3 +449,112 @@ TEST(EngineTest, GenerateSeededSamplingIsReproducible) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// Random mixed schedules, as a colocated worker runs them: in every step a
+// random subset of 8 sequences advances, prefilling sequences by a random
+// chunk, decoding ones by one token (teacher-forced with the tokens of their
+// solo run). Every logits row equals the solo run's bitwise.
+class RandomScheduleTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RandomScheduleTest, MixedStepsMatchSoloRunsBitwise) {
+  std::unique_ptr<Model> owned;
+  const Model* model = nullptr;
+  if (GetParam() == "stories260K") {
+    auto m =
+        Model::Load(::tandem::testing::RequireSharedFile("models/stories260K/stories260K.gguf"));
+    ASSERT_TRUE(m.ok()) << m.status();
+    owned = std::move(m).value();
+    model = owned.get();
+  } else {
+    model = &SmallModel(GetParam() == "small-f16" ? GgmlType::kF16 : GgmlType::kF32);
+  }
+  const int vocab = model->config().vocab_size;
+  constexpr int kSeqs = 8, kGen = 24;
+  std::mt19937 rng(61);
+  std::vector<std::vector<int32_t>> prompts(kSeqs);
+  for (auto& p : prompts) {
+    p = {1};
+    const int len = 1 + static_cast<int>(rng() % 70);
+    for (int t = 0; t < len; ++t) p.push_back(3 + static_cast<int32_t>(rng() % (vocab - 3)));
+  }
+  // Solo: whole prompt, then greedy tokens one at a time.
+  std::vector<std::vector<int32_t>> full(kSeqs);
+  std::vector<std::vector<std::vector<float>>> solo(
+      kSeqs);  // logits after each position >= prompt-1
+  {
+    auto engine = MakeEngine(*model, 512, GgmlType::kF16, 1);
+    for (int s = 0; s < kSeqs; ++s) {
+      full[s] = prompts[s];
+      ASSERT_OK(engine->AddSequence(s, prompts[s]).status());
+      BatchEntry e{s, prompts[s], LogitsMode::kLast};
+      auto out = engine->Step(absl::MakeConstSpan(&e, 1));
+      ASSERT_OK(out.status());
+      auto row = out->last_logits(0);
+      solo[s].emplace_back(row.begin(), row.end());
+      for (int g = 0; g < kGen; ++g) {
+        full[s].push_back(Argmax(solo[s].back()));
+        BatchEntry d{s, absl::MakeConstSpan(&full[s].back(), 1), LogitsMode::kLast};
+        auto o = engine->Step(absl::MakeConstSpan(&d, 1));
+        ASSERT_OK(o.status());
+        auto r = o->last_logits(0);
+        solo[s].emplace_back(r.begin(), r.end());
+      }
+      ASSERT_OK(engine->FreeSequence(s));
+    }
+  }
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    auto engine = MakeEngine(*model, 512, GgmlType::kF16, 2);
+    engine->kv_cache().ClearPrefixCache();
+    std::vector<size_t> done(kSeqs, 0);  // tokens of full[s] in the KV
+    for (int s = 0; s < kSeqs; ++s) ASSERT_OK(engine->AddSequence(100 + s, prompts[s]).status());
+    int steps = 0;
+    while (true) {
+      std::vector<BatchEntry> batch;
+      std::vector<int> who;
+      for (int s = 0; s < kSeqs; ++s) {
+        if (done[s] >= full[s].size() || rng() % 3 == 0) continue;
+        const size_t plen = prompts[s].size();
+        size_t n = 1;
+        if (done[s] < plen) n = std::min<size_t>(plen - done[s], 1 + rng() % 24);
+        batch.push_back({100 + s, absl::MakeConstSpan(full[s]).subspan(done[s], n),
+                         done[s] + n >= plen ? LogitsMode::kLast : LogitsMode::kNone});
+        who.push_back(s);
+      }
+      if (batch.empty()) {
+        bool all = true;
+        for (int s = 0; s < kSeqs; ++s) all = all && done[s] >= full[s].size();
+        if (all) break;
+        continue;
+      }
+      auto out = engine->Step(batch);
+      ASSERT_OK(out.status());
+      ++steps;
+      for (size_t b = 0; b < batch.size(); ++b) {
+        const int s = who[b];
+        done[s] += batch[b].tokens.size();
+        if (batch[b].logits == LogitsMode::kNone) continue;
+        const size_t idx = done[s] - prompts[s].size();  // 0: after the prompt
+        ASSERT_LT(idx, solo[s].size());
+        auto row = out->last_logits(static_cast<int>(b));
+        ASSERT_TRUE(std::equal(row.begin(), row.end(), solo[s][idx].begin()))
+            << "sequence " << s << " position " << done[s] << " (step " << steps << ", batch of "
+            << batch.size() << ")";
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, RandomScheduleTest,
+                         ::testing::Values("stories260K", "small-f16", "small-f32"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) c = c == '-' ? '_' : c;
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace tandem

@@ -326,6 +326,23 @@ TEST(RmsNormTest, MatchesDouble) {
   }
 }
 
+// Elementwise for real: an element's result does not depend on its place
+// in the buffer (vector body or tail), which holds every token of a step.
+TEST(SwiGluTest, ElementResultIndependentOfPosition) {
+  IsaGuard guard;
+  std::vector<float> gate = RandomFloats(37, 5, 3.0f), up = RandomFloats(37, 6);
+  for (Isa isa : SupportedIsas()) {
+    SetActiveIsa(isa);
+    std::vector<float> all(37);
+    SwiGlu(gate.data(), up.data(), 37, all.data());
+    for (int64_t j = 0; j < 37; ++j) {
+      float one;
+      SwiGlu(gate.data() + j, up.data() + j, 1, &one);
+      ASSERT_EQ(one, all[j]) << IsaName(isa) << " element " << j;
+    }
+  }
+}
+
 TEST(SwiGluTest, MatchesDouble) {
   IsaGuard guard;
   const uint32_t seed = 42;

@@ -688,10 +688,14 @@ void DecodeEngine::Release(Seq& s) {
   bool fenced = false;
   if (s.import && transport_ != nullptr &&
       (s.state == State::kReserved || s.state == State::kCommitting)) {
-    // Writes may still be on the way: refuse the tag and, unless the writer
-    // said it is done, hold the blocks (see the class comment).
+    // Writes may still be on the way: refuse the tag and hold the blocks
+    // while any can land (see the class comment). Message mode: a receive
+    // accepted before the refusal may still be copying, even after the
+    // writer's commit (its sends completed, our copies need not have). Put
+    // mode: until the writer says it is done.
     transport_->Refuse(s.tag);
-    if (s.in_engine && !s.writer_done) {
+    const bool may_land = transfer_mode_ == "put" ? !s.writer_done : transport_->Receiving(s.tag);
+    if (s.in_engine && may_land) {
       const absl::Time release_at = std::max(clock_.Now(), s.deadline) + options_.fence_grace;
       VLOG(1) << "kv_fence request_id=" << s.request_id << " tag=" << s.tag
               << " until=" << release_at;

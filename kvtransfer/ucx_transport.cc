@@ -610,6 +610,27 @@ class UcxTransport::Impl {
         ucp_worker_progress(worker_.get());
         ProcessEvents();
       }
+      // UCX 1.13 aborts in ucp_worker_destroy ("got REP message" in
+      // uct_tcp_ep_pending_purge) when a wireup reply is still queued on a
+      // tcp lane of an endpoint a peer's connect created here. Let wireup
+      // traffic settle while all our objects are alive: at least 20 ms, then
+      // until 5 ms pass without progress, at most 200 ms.
+      {
+        const absl::Time start = absl::Now();
+        absl::Time last_event = start;
+        while (true) {
+          const absl::Time now = absl::Now();
+          if (ucp_worker_progress(worker_.get()) != 0) {
+            last_event = now;
+          }
+          ProcessEvents();
+          if (now - start >= absl::Milliseconds(200) ||
+              (now - start >= absl::Milliseconds(20) &&
+               now - last_event >= absl::Milliseconds(5))) {
+            break;
+          }
+        }
+      }
       // Close every endpoint before the last dones run: a forced close makes
       // UCX drop what is still in flight, so no source is read after its
       // owner learned the write is over.

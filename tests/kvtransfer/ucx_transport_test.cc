@@ -164,9 +164,11 @@ class UcxTransportTest : public ::testing::TestWithParam<Param> {
     return h;
   }
 
+  // The region outlives both transports (members are destroyed in reverse
+  // order): a message still in flight at teardown lands in live memory.
+  std::vector<uint8_t> region_;
   std::unique_ptr<UcxTransport> sender_;
   std::unique_ptr<UcxTransport> receiver_;
-  std::vector<uint8_t> region_;
   std::unique_ptr<PeerProcess> peer_;
 };
 

@@ -813,105 +813,64 @@ void GemmFloat(const WeightView& w, const float* x, int64_t m, float* y, ThreadP
 
 constexpr int kGemvMaxM = 3;  // m above this uses the packed GEMM
 
-// y[i][r0 .. r0 + 8) for i < MI, from 8 weight rows. The fma chains that hide
-// the fma latency come from C column chunks summed at once (each chunk's sum
-// starts at zero, so chunks are independent until they are added to y in
-// chunk order, as the GEMM does) rather than from more rows: rows a power of
-// two apart (4 KiB for 2048 F16 columns) share an L1 set, and more than 8 of
-// them read at the same column evict each other's lines (8 ways) before the
-// lines are used up; many rows at once also defeat the stream prefetchers.
-template <GgmlType T, int MI, int C>
+// y[i][r0 .. r0 + 8) for i < MI, from 8 weight rows: one fma chain per
+// activation row. Not more rows at once: rows a power of two apart (4 KiB
+// for 2048 F16 columns) share an L1 set, and more streams than this defeat
+// the prefetchers on weights mmap'd in 4 KiB pages (32 rows at once ran at
+// half the speed; docs/benchmarks.md). Each 256-column chunk is summed from
+// zero and added to y in chunk order, exactly as the GEMM does.
+template <GgmlType T, int MI>
 void GemvRows8(const WeightView& w, int64_t r0, const float* x, float* y) {
-  static_assert(MI >= 1 && C >= 1 && MI * C <= 6);
+  static_assert(MI >= 1 && MI <= 3);
   const int64_t cols = w.cols;
   const uint8_t* rows[8];
   for (int r = 0; r < 8; ++r) {
     rows[r] = w.data + std::min(r0 + r, w.rows - 1) * w.row_bytes;
   }
   const int nvalid = static_cast<int>(std::min<int64_t>(8, w.rows - r0));
-  const int64_t n_chunks = (cols + kFKc - 1) / kFKc;
-  for (int64_t c0 = 0; c0 < n_chunks; c0 += C) {
-    __m256 acc[C][MI];
-    int64_t len[C];
-#pragma GCC unroll 6
-    for (int c = 0; c < C; ++c) {
-      len[c] = c0 + c < n_chunks ? std::min(kFKc, cols - (c0 + c) * kFKc) : 0;
+  for (int64_t k0 = 0; k0 < cols; k0 += kFKc) {
+    const int64_t k_end = std::min(cols, k0 + kFKc);
+    const int64_t k_end8 = k0 + ((k_end - k0) & ~int64_t{7});
+    __m256 acc[MI];
 #pragma GCC unroll 3
-      for (int i = 0; i < MI; ++i) {
-        acc[c][i] = _mm256_setzero_ps();
-      }
+    for (int i = 0; i < MI; ++i) {
+      acc[i] = _mm256_setzero_ps();
     }
-    // Full 8-column tiles; every chunk but the row's last is kFKc long.
-    const int64_t len8 = len[0] & ~int64_t{7};
-    for (int64_t kk = 0; kk < len8; kk += 8) {
-#pragma GCC unroll 6
-      for (int c = 0; c < C; ++c) {
-        if (kk + 8 > len[c]) {
-          continue;  // the row's last, shorter chunk
-        }
-        const int64_t k = (c0 + c) * kFKc + kk;
-        __m256 v[8];
+    for (int64_t k = k0; k < k_end8; k += 8) {
+      __m256 v[8];
 #pragma GCC unroll 8
-        for (int r = 0; r < 8; ++r) {
-          v[r] = Load8<T>(rows[r], k);
-        }
-        Transpose8x8(v);
+      for (int r = 0; r < 8; ++r) {
+        v[r] = Load8<T>(rows[r], k);
+      }
+      Transpose8x8(v);
 #pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < 8; ++j) {
 #pragma GCC unroll 3
-          for (int i = 0; i < MI; ++i) {
-            acc[c][i] = _mm256_fmadd_ps(v[j], _mm256_broadcast_ss(x + i * cols + k + j), acc[c][i]);
-          }
-        }
-      }
-    }
-    for (int c = 0; c < C; ++c) {
-      const int64_t base = (c0 + c) * kFKc;
-      // Columns after the full tiles of this chunk, one at a time.
-      for (int64_t kk = std::min(len8, len[c] & ~int64_t{7}); kk < len[c]; ++kk) {
-        const bool whole_tile = kk + 8 <= len[c] && (kk & 7) == 0;
-        if (whole_tile) {
-          __m256 v[8];
-          for (int r = 0; r < 8; ++r) {
-            v[r] = Load8<T>(rows[r], base + kk);
-          }
-          Transpose8x8(v);
-          for (int j = 0; j < 8; ++j) {
-            for (int i = 0; i < MI; ++i) {
-              acc[c][i] = _mm256_fmadd_ps(v[j], _mm256_broadcast_ss(x + i * cols + base + kk + j),
-                                          acc[c][i]);
-            }
-          }
-          kk += 7;
-          continue;
-        }
-        alignas(32) float col[8];
-        for (int r = 0; r < 8; ++r) {
-          col[r] = Load1<T>(rows[r], base + kk);
-        }
-        const __m256 v = _mm256_load_ps(col);
         for (int i = 0; i < MI; ++i) {
-          acc[c][i] = _mm256_fmadd_ps(v, _mm256_set1_ps(x[i * cols + base + kk]), acc[c][i]);
+          acc[i] = _mm256_fmadd_ps(v[j], _mm256_broadcast_ss(x + i * cols + k + j), acc[i]);
         }
       }
-      if (len[c] == 0) {
-        continue;
+    }
+    for (int64_t k = k_end8; k < k_end; ++k) {  // the chunk's last < 8 columns
+      alignas(32) float col[8];
+      for (int r = 0; r < 8; ++r) {
+        col[r] = Load1<T>(rows[r], k);
       }
-      // Add the chunk to y in chunk order, as StoreF16Rows does.
+      const __m256 v = _mm256_load_ps(col);
       for (int i = 0; i < MI; ++i) {
-        float* dst = y + i * w.rows + r0;
-        __m256 a = acc[c][i];
-        if (base > 0) {
-          if (nvalid == 8) {
-            a = _mm256_add_ps(a, _mm256_loadu_ps(dst));
-          } else {
-            alignas(32) float prev[8] = {};
-            std::copy(dst, dst + nvalid, prev);
-            a = _mm256_add_ps(a, _mm256_load_ps(prev));
-          }
-        }
-        StorePartial(dst, a, nvalid);
+        acc[i] = _mm256_fmadd_ps(v, _mm256_set1_ps(x[i * cols + k]), acc[i]);
       }
+    }
+    // Add the chunk to y in chunk order, as StoreF16Rows does.
+    for (int i = 0; i < MI; ++i) {
+      float* dst = y + i * w.rows + r0;
+      __m256 a = acc[i];
+      if (k0 > 0) {
+        alignas(32) float prev[8] = {};
+        std::copy(dst, dst + nvalid, prev);
+        a = _mm256_add_ps(a, _mm256_load_ps(prev));
+      }
+      StorePartial(dst, a, nvalid);
     }
   }
 }
@@ -924,13 +883,13 @@ void GemvFloat(const WeightView& w, const float* x, int64_t m, float* y, ThreadP
       const int64_t r0 = g * 8;
       switch (m) {
         case 1:
-          GemvRows8<T, 1, 1>(w, r0, x, y);
+          GemvRows8<T, 1>(w, r0, x, y);
           break;
         case 2:
-          GemvRows8<T, 2, 1>(w, r0, x, y);
+          GemvRows8<T, 2>(w, r0, x, y);
           break;
         default:
-          GemvRows8<T, 3, 1>(w, r0, x, y);
+          GemvRows8<T, 3>(w, r0, x, y);
           break;
       }
     }

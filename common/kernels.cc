@@ -86,6 +86,40 @@ WeightView ViewOf(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols
 
 }  // namespace
 
+namespace internal {
+
+void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool,
+                     int mr_max, FloatTileFn tile) {
+  constexpr int64_t kGroup = 4;  // panels per task (64 rows)
+  const int64_t n_panels = (w.rows + kFloatPanelRows - 1) / kFloatPanelRows;
+  const int64_t n_tasks = (n_panels + kGroup - 1) / kGroup;
+  const int64_t panel_floats = kFloatPanelRows * kFloatKc;
+  pool.Run(n_tasks, [&](int64_t task, int /*thread*/) {
+    static thread_local ScratchBuffer scratch;
+    auto* buffer = static_cast<float*>(scratch.Get(kGroup * panel_floats * sizeof(float)));
+    const int64_t p0 = task * kGroup;
+    const int64_t np = std::min(kGroup, n_panels - p0);
+    for (int64_t k0 = 0; k0 < w.cols; k0 += kFloatKc) {
+      const int64_t kc = std::min(kFloatKc, w.cols - k0);
+      for (int64_t p = 0; p < np; ++p) {
+        PackFloatPanel16Avx2(w, (p0 + p) * kFloatPanelRows, k0, kc, buffer + p * panel_floats);
+      }
+      const int64_t n_tiles = (m + mr_max - 1) / mr_max;
+      for (int64_t t = 0, i0 = 0; t < n_tiles; i0 += BalancedTile(m, n_tiles, t++)) {
+        const int mr = BalancedTile(m, n_tiles, t);
+        for (int64_t p = 0; p < np; ++p) {
+          const int64_t r0 = (p0 + p) * kFloatPanelRows;
+          const int nvalid = static_cast<int>(std::min<int64_t>(kFloatPanelRows, w.rows - r0));
+          tile(mr, buffer + p * panel_floats, kc, x + i0 * w.cols + k0, w.cols,
+               y + i0 * w.rows + r0, w.rows, nvalid, k0 > 0);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace internal
+
 Isa DetectIsa() {
   static const Isa isa = DetectIsaUncached();
   return isa;

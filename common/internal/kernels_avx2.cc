@@ -640,9 +640,9 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
 // Float GEMM for larger m: 16-row fp32 panels, 6x16 micro-kernel
 // ---------------------------------------------------------------------------
 
-constexpr int kFPanelRows = 16;
+constexpr int kFPanelRows = kFloatPanelRows;
 constexpr int kFMr = 6;
-constexpr int64_t kFKc = 256;  // columns per packed panel: 16 KB per panel
+constexpr int64_t kFKc = kFloatKc;  // columns per packed panel: 16 KB per panel
 
 inline void Transpose8x8(__m256 r[8]) {
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]);
@@ -770,36 +770,6 @@ void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, int64
   }
 }
 
-constexpr int64_t kFGroup = 4;  // panels per task (64 rows)
-
-void GemmFloat(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
-  const int64_t n_panels = (w.rows + kFPanelRows - 1) / kFPanelRows;
-  const int64_t n_tasks = (n_panels + kFGroup - 1) / kFGroup;
-  const int64_t panel_floats = kFPanelRows * kFKc;
-  pool.Run(n_tasks, [&](int64_t task, int /*thread*/) {
-    static thread_local ScratchBuffer scratch;
-    auto* buffer = static_cast<float*>(scratch.Get(kFGroup * panel_floats * sizeof(float)));
-    const int64_t p0 = task * kFGroup;
-    const int64_t np = std::min(kFGroup, n_panels - p0);
-    for (int64_t k0 = 0; k0 < w.cols; k0 += kFKc) {
-      const int64_t kc = std::min(kFKc, w.cols - k0);
-      for (int64_t p = 0; p < np; ++p) {
-        PackFloatPanel16Avx2(w, (p0 + p) * kFPanelRows, k0, kc, buffer + p * panel_floats);
-      }
-      const int64_t n_tiles = (m + kFMr - 1) / kFMr;
-      for (int64_t tile = 0, i0 = 0; tile < n_tiles; i0 += BalancedTile(m, n_tiles, tile++)) {
-        const int mr = BalancedTile(m, n_tiles, tile);
-        for (int64_t p = 0; p < np; ++p) {
-          const int64_t r0 = (p0 + p) * kFPanelRows;
-          const int nvalid = static_cast<int>(std::min<int64_t>(kFPanelRows, w.rows - r0));
-          KernelF32Tile(mr, buffer + p * panel_floats, kc, x + i0 * w.cols + k0, w.cols,
-                        y + i0 * w.rows + r0, w.rows, nvalid, k0 > 0);
-        }
-      }
-    }
-  });
-}
-
 // ---------------------------------------------------------------------------
 // Float GEMV for small m (F32, F16, BF16 read in place: half-size bandwidth)
 // ---------------------------------------------------------------------------
@@ -901,7 +871,7 @@ void MatMulFloat(const WeightView& w, const float* x, int64_t m, float* y, Threa
   if (m <= kGemvMaxM) {
     GemvFloat<T>(w, x, m, y, pool);
   } else {
-    GemmFloat(w, x, m, y, pool);
+    GemmFloatPanels(w, x, m, y, pool, kFMr, KernelF32Tile);
   }
 }
 

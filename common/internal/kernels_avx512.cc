@@ -86,6 +86,7 @@ inline __mmask16 RowMask(int nvalid) { return static_cast<__mmask16>((1u << nval
 // ---------------------------------------------------------------------------
 
 constexpr int kPanelRows = 16;
+static_assert(kPanelRows == kFloatPanelRows, "the float GEMM driver packs 16-row panels");
 // Packed block of 16 rows: float d[16] | int32 corr[16] | 8 groups of 16 rows
 // x 4 bytes (k = 4g..4g+3). Q4_0: nibbles as u8, corr unused. Q8_0: w as s8,
 // corr = 128 * sum(w) per row.
@@ -287,8 +288,6 @@ void MatMulQuantVnni(const WeightView& w, const float* x, int64_t m, float* y, T
 // ---------------------------------------------------------------------------
 
 constexpr int kFMr = 12;
-constexpr int64_t kFKc = 256;
-constexpr int64_t kFGroup = 4;
 
 template <int MR>
 void KernelF32x16(const float* panel, int64_t kc, const float* x, int64_t ldx, float* y,
@@ -338,34 +337,6 @@ void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, int64
   }
 }
 
-void GemmFloat512(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
-  const int64_t n_panels = (w.rows + kPanelRows - 1) / kPanelRows;
-  const int64_t n_tasks = (n_panels + kFGroup - 1) / kFGroup;
-  const int64_t panel_floats = kPanelRows * kFKc;
-  pool.Run(n_tasks, [&](int64_t task, int /*thread*/) {
-    static thread_local ScratchBuffer scratch;
-    auto* buffer = static_cast<float*>(scratch.Get(kFGroup * panel_floats * sizeof(float)));
-    const int64_t p0 = task * kFGroup;
-    const int64_t np = std::min(kFGroup, n_panels - p0);
-    for (int64_t k0 = 0; k0 < w.cols; k0 += kFKc) {
-      const int64_t kc = std::min(kFKc, w.cols - k0);
-      for (int64_t p = 0; p < np; ++p) {
-        PackFloatPanel16Avx2(w, (p0 + p) * kPanelRows, k0, kc, buffer + p * panel_floats);
-      }
-      const int64_t n_tiles = (m + kFMr - 1) / kFMr;
-      for (int64_t tile = 0, i0 = 0; tile < n_tiles; i0 += BalancedTile(m, n_tiles, tile++)) {
-        const int mr = BalancedTile(m, n_tiles, tile);
-        for (int64_t p = 0; p < np; ++p) {
-          const int64_t r0 = (p0 + p) * kPanelRows;
-          const int nvalid = static_cast<int>(std::min<int64_t>(kPanelRows, w.rows - r0));
-          KernelF32Tile(mr, buffer + p * panel_floats, kc, x + i0 * w.cols + k0, w.cols,
-                        y + i0 * w.rows + r0, w.rows, nvalid, k0 > 0);
-        }
-      }
-    }
-  });
-}
-
 }  // namespace
 
 void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool,
@@ -385,7 +356,7 @@ void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, Thre
       if (m <= 3) {
         MatMulAvx2(w, x, m, y, pool);  // GEMV: bandwidth-bound, reads F16/BF16 in place
       } else {
-        GemmFloat512(w, x, m, y, pool);
+        GemmFloatPanels(w, x, m, y, pool, kFMr, KernelF32Tile);
       }
       return;
   }

@@ -140,6 +140,25 @@ class ScratchBuffer {
 // Lays out a QuantizedActs for m rows of `cols` inside `buffer`.
 QuantizedActs AllocQuantizedActs(ScratchBuffer& buffer, int64_t m, int64_t cols);
 
+// --- Float GEMM driver (kernels.cc), shared by the AVX2 and AVX-512 paths ----
+// Columns per packed panel chunk. Part of every float path's summation order
+// (each chunk is summed from zero and added to y in order), so the GEMM and
+// the GEMV must use the same value (batch invariance).
+inline constexpr int64_t kFloatKc = 256;
+inline constexpr int kFloatPanelRows = 16;
+
+// y[i][0..nvalid) for i < mr from one packed panel [kc][16] and activation
+// rows x[i][0..kc) (stride ldx); adds to y when `accumulate`.
+using FloatTileFn = void (*)(int mr, const float* panel, int64_t kc, const float* x, int64_t ldx,
+                             float* y, int64_t ldy, int nvalid, bool accumulate);
+
+// The float GEMM: tasks of 4 panels of 16 weight rows, packed per kFloatKc
+// columns (PackFloatPanel16Avx2) into a per-thread buffer, every activation
+// tile (at most `mr_max` rows, balanced) swept over them by `tile`. Plain
+// control code: compiled without ISA flags, the ISA lives in `tile`.
+void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool,
+                     int mr_max, FloatTileFn tile);
+
 // --- Attention ---------------------------------------------------------------
 // State of the online softmax of one query head.
 // One KV block for `group` query heads sharing a KV head: q is [group][head_dim]

@@ -118,6 +118,42 @@ void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, T
   });
 }
 
+void QuantGemmPanels(const WeightView& w, const QuantizedActs& xa, int64_t m, float* y,
+                     ThreadPool& pool, int panel_rows, int64_t panel_bytes, int mr_max,
+                     int64_t budget_bytes, absl::FunctionRef<void(int64_t r0, uint8_t* out)> pack,
+                     absl::FunctionRef<void(int mr, const uint8_t* panel, const QuantizedActs& xa,
+                                            float* y, int nvalid)>
+                         tile) {
+  const int64_t n_panels = (w.rows + panel_rows - 1) / panel_rows;
+  const int64_t group = m <= mr_max ? 1 : std::clamp<int64_t>(budget_bytes / panel_bytes, 1, 8);
+  // Enough tasks to balance the threads, each a whole number of groups.
+  const int64_t target_tasks = int64_t{pool.num_threads()} * 8;
+  const int64_t per_task =
+      std::max<int64_t>(group, (n_panels + target_tasks - 1) / target_tasks / group * group);
+  const int64_t n_tasks = (n_panels + per_task - 1) / per_task;
+  pool.Run(n_tasks, [&](int64_t task, int /*thread*/) {
+    static thread_local ScratchBuffer scratch;
+    auto* buffer = static_cast<uint8_t*>(scratch.Get(group * panel_bytes));
+    const int64_t p_end = std::min(n_panels, (task + 1) * per_task);
+    for (int64_t p0 = task * per_task; p0 < p_end; p0 += group) {
+      const int64_t np = std::min(group, p_end - p0);
+      for (int64_t p = 0; p < np; ++p) {
+        pack((p0 + p) * panel_rows, buffer + p * panel_bytes);
+      }
+      const int64_t n_tiles = (m + mr_max - 1) / mr_max;
+      for (int64_t t = 0, i0 = 0; t < n_tiles; i0 += BalancedTile(m, n_tiles, t++)) {
+        const int mr = BalancedTile(m, n_tiles, t);
+        const QuantizedActs xi = RowsFrom(xa, i0, w.cols);
+        for (int64_t p = 0; p < np; ++p) {
+          const int64_t r0 = (p0 + p) * panel_rows;
+          const int nvalid = static_cast<int>(std::min<int64_t>(panel_rows, w.rows - r0));
+          tile(mr, buffer + p * panel_bytes, xi, y + i0 * w.rows + r0, nvalid);
+        }
+      }
+    }
+  });
+}
+
 }  // namespace internal
 
 Isa DetectIsa() {

@@ -147,14 +147,6 @@ inline float Load1(const uint8_t* row, int64_t c) {
 // Activation quantization
 // ---------------------------------------------------------------------------
 
-QuantizedActs RowsFrom(const QuantizedActs& a, int64_t i0, int64_t cols) {
-  QuantizedActs r = a;
-  r.qs += i0 * cols;
-  r.d += i0 * a.nb;
-  r.sum += i0 * a.nb;
-  return r;
-}
-
 }  // namespace
 
 void QuantizeActsAvx2(const float* x, int64_t m, int64_t cols, bool offset128,
@@ -599,41 +591,13 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
     return;
   }
   const Q4Layout layout = Q4LayoutFor(m);
-  const int64_t n_panels = (w.rows + kQPanelRows - 1) / kQPanelRows;
-  const int64_t panel_bytes = xa.nb * PanelBlockBytes(w.type, layout);
-  const int mr_max = w.type == GgmlType::kQ4_0 ? kQMrQ4 : kQMrQ8;
-  // Small m: pack a panel and consume it at once (L1-hot). Large m: pack a
-  // group and sweep every activation tile over it, so activations are read
-  // from L1/L2 once per group rather than once per panel.
-  const int64_t group =
-      m <= mr_max ? 1 : std::clamp<int64_t>(kPanelBudgetBytes / panel_bytes, 1, 8);
-  // Enough tasks to balance the threads, each a whole number of groups.
-  const int64_t target_tasks = int64_t{pool.num_threads()} * 8;
-  const int64_t per_task =
-      std::max<int64_t>(group, (n_panels + target_tasks - 1) / target_tasks / group * group);
-  const int64_t n_tasks = (n_panels + per_task - 1) / per_task;
-  pool.Run(n_tasks, [&](int64_t task, int /*thread*/) {
-    static thread_local ScratchBuffer scratch;
-    auto* buffer = static_cast<uint8_t*>(scratch.Get(group * panel_bytes));
-    const int64_t p_end = std::min(n_panels, (task + 1) * per_task);
-    for (int64_t p0 = task * per_task; p0 < p_end; p0 += group) {
-      const int64_t np = std::min(group, p_end - p0);
-      for (int64_t p = 0; p < np; ++p) {
-        PackQuantPanel(w, (p0 + p) * kQPanelRows, layout, buffer + p * panel_bytes);
-      }
-      const int64_t n_tiles = (m + mr_max - 1) / mr_max;
-      for (int64_t tile = 0, i0 = 0; tile < n_tiles; i0 += BalancedTile(m, n_tiles, tile++)) {
-        const int mr = BalancedTile(m, n_tiles, tile);
-        const QuantizedActs xi = RowsFrom(xa, i0, w.cols);
-        for (int64_t p = 0; p < np; ++p) {
-          const int64_t r0 = (p0 + p) * kQPanelRows;
-          const int nvalid = static_cast<int>(std::min<int64_t>(kQPanelRows, w.rows - r0));
-          QuantKernelTile(w.type, layout, mr, buffer + p * panel_bytes, xi, w.cols,
-                          y + i0 * w.rows + r0, w.rows, nvalid);
-        }
-      }
-    }
-  });
+  QuantGemmPanels(
+      w, xa, m, y, pool, kQPanelRows, xa.nb * PanelBlockBytes(w.type, layout),
+      w.type == GgmlType::kQ4_0 ? kQMrQ4 : kQMrQ8, kPanelBudgetBytes,
+      [&](int64_t r0, uint8_t* out) { PackQuantPanel(w, r0, layout, out); },
+      [&](int mr, const uint8_t* panel, const QuantizedActs& xi, float* yt, int nvalid) {
+        QuantKernelTile(w.type, layout, mr, panel, xi, w.cols, yt, w.rows, nvalid);
+      });
 }
 
 // ---------------------------------------------------------------------------

@@ -28,14 +28,6 @@
 namespace tandem::internal {
 namespace {
 
-QuantizedActs RowsFrom512(const QuantizedActs& a, int64_t i0, int64_t cols) {
-  QuantizedActs r = a;
-  r.qs += i0 * cols;
-  r.d += i0 * a.nb;
-  r.sum += i0 * a.nb;
-  return r;
-}
-
 inline __m512i Bcast32(const uint8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -241,46 +233,22 @@ void MatMulQuantVnni(const WeightView& w, const float* x, int64_t m, float* y, T
   if (m * w.cols >= (int64_t{1} << 16)) {
     pool.ParallelFor(m, 1, [&](int64_t begin, int64_t end) {
       QuantizeActsAvx2(x + begin * w.cols, end - begin, w.cols, offset,
-                       RowsFrom512(xa, begin, w.cols));
+                       RowsFrom(xa, begin, w.cols));
     });
   } else {
     QuantizeActsAvx2(x, m, w.cols, offset, xa);
   }
   const bool q4 = w.type == GgmlType::kQ4_0;
-  const int64_t n_panels = (w.rows + kPanelRows - 1) / kPanelRows;
-  const int64_t panel_bytes = xa.nb * kPanelBlock;
-  const int64_t group = m <= kQMr ? 1 : std::clamp<int64_t>(kPanelBudgetBytes / panel_bytes, 1, 8);
-  const int64_t target_tasks = int64_t{pool.num_threads()} * 8;
-  const int64_t per_task =
-      std::max<int64_t>(group, (n_panels + target_tasks - 1) / target_tasks / group * group);
-  const int64_t n_tasks = (n_panels + per_task - 1) / per_task;
-  pool.Run(n_tasks, [&](int64_t task, int /*thread*/) {
-    static thread_local ScratchBuffer scratch;
-    auto* buffer = static_cast<uint8_t*>(scratch.Get(group * panel_bytes));
-    const int64_t p_end = std::min(n_panels, (task + 1) * per_task);
-    for (int64_t p0 = task * per_task; p0 < p_end; p0 += group) {
-      const int64_t np = std::min(group, p_end - p0);
-      for (int64_t p = 0; p < np; ++p) {
-        PackQuantPanel16(w, (p0 + p) * kPanelRows, buffer + p * panel_bytes);
-      }
-      const int64_t n_tiles = (m + kQMr - 1) / kQMr;
-      for (int64_t tile = 0, i0 = 0; tile < n_tiles; i0 += BalancedTile(m, n_tiles, tile++)) {
-        const int mr = BalancedTile(m, n_tiles, tile);
-        const QuantizedActs xi = RowsFrom512(xa, i0, w.cols);
-        for (int64_t p = 0; p < np; ++p) {
-          const int64_t r0 = (p0 + p) * kPanelRows;
-          const int nvalid = static_cast<int>(std::min<int64_t>(kPanelRows, w.rows - r0));
-          if (q4) {
-            VnniTile<true>(mr, buffer + p * panel_bytes, xi, w.cols, y + i0 * w.rows + r0, w.rows,
-                           nvalid);
-          } else {
-            VnniTile<false>(mr, buffer + p * panel_bytes, xi, w.cols, y + i0 * w.rows + r0, w.rows,
-                            nvalid);
-          }
+  QuantGemmPanels(
+      w, xa, m, y, pool, kPanelRows, xa.nb * kPanelBlock, kQMr, kPanelBudgetBytes,
+      [&](int64_t r0, uint8_t* out) { PackQuantPanel16(w, r0, out); },
+      [&](int mr, const uint8_t* panel, const QuantizedActs& xi, float* yt, int nvalid) {
+        if (q4) {
+          VnniTile<true>(mr, panel, xi, w.cols, yt, w.rows, nvalid);
+        } else {
+          VnniTile<false>(mr, panel, xi, w.cols, yt, w.rows, nvalid);
         }
-      }
-    }
-  });
+      });
 }
 
 // ---------------------------------------------------------------------------

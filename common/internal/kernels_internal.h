@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 
+#include "absl/functional/function_ref.h"
 #include "common/ggml_type.h"
 #include "common/kernels.h"
 #include "common/thread_pool.h"
@@ -139,6 +140,30 @@ class ScratchBuffer {
 
 // Lays out a QuantizedActs for m rows of `cols` inside `buffer`.
 QuantizedActs AllocQuantizedActs(ScratchBuffer& buffer, int64_t m, int64_t cols);
+
+// Rows [i0, m) of `a`, as a view.
+inline QuantizedActs RowsFrom(const QuantizedActs& a, int64_t i0, int64_t cols) {
+  QuantizedActs r = a;
+  r.qs += i0 * cols;
+  r.d += i0 * a.nb;
+  r.sum += i0 * a.nb;
+  return r;
+}
+
+// The quantized GEMM driver (kernels.cc) the AVX2 and VNNI paths share.
+// Weight rows go in panels of `panel_rows` (`panel_bytes` once packed);
+// each task owns a range of whole groups of panels, packs a group with
+// `pack(r0, out)` into a per-thread buffer and sweeps every activation tile
+// (at most `mr_max` rows, balanced) over it with `tile(mr, panel, rows of xa,
+// y at the tile's first row and the panel's first column, nvalid)`. A group
+// is one panel for m <= mr_max (consumed while L1-hot), else as many as fit
+// `budget_bytes` (at most 8), so activations are read once per group.
+void QuantGemmPanels(const WeightView& w, const QuantizedActs& xa, int64_t m, float* y,
+                     ThreadPool& pool, int panel_rows, int64_t panel_bytes, int mr_max,
+                     int64_t budget_bytes, absl::FunctionRef<void(int64_t r0, uint8_t* out)> pack,
+                     absl::FunctionRef<void(int mr, const uint8_t* panel, const QuantizedActs& xa,
+                                            float* y, int nvalid)>
+                         tile);
 
 // --- Float GEMM driver (kernels.cc), shared by the AVX2 and AVX-512 paths ----
 // Columns per packed panel chunk. Part of every float path's summation order

@@ -292,6 +292,42 @@ std::shared_ptr<grpc::Channel> Dial(const WorkerProcess& w) {
   return grpc::CreateChannel(w.address(), grpc::InsecureChannelCredentials());
 }
 
+// A disaggregated request under way: opens Decode.Reserve (deadline 60 s,
+// on `ctx`), runs the prefill with its reservation and reads until at least
+// `min_tokens` tokens streamed. Null (with a test failure) otherwise.
+std::unique_ptr<grpc::ClientReader<v1::DecodeEvent>> StartStreaming(v1::Decode::Stub& decode,
+                                                                    v1::Prefill::Stub& prefill,
+                                                                    const v1::DecodeSubmit& submit,
+                                                                    int min_tokens,
+                                                                    grpc::ClientContext* ctx) {
+  ctx->set_deadline(In(absl::Seconds(60)));
+  v1::ReserveRequest req;
+  *req.mutable_request() = submit;
+  auto reader = decode.Reserve(ctx, req);
+  v1::DecodeEvent ev;
+  if (!reader->Read(&ev) || !ev.has_reservation()) {
+    ADD_FAILURE() << "no reservation for " << submit.request_id();
+    return nullptr;
+  }
+  grpc::ClientContext pctx;
+  v1::PrefillRequest preq;
+  *preq.mutable_request() = submit;
+  *preq.mutable_reservation() = ev.reservation();
+  v1::PrefillResponse presp;
+  const grpc::Status ps = prefill.Prefill(&pctx, preq, &presp);
+  if (!ps.ok()) {
+    ADD_FAILURE() << "prefill of " << submit.request_id() << ": " << ps.error_message();
+    return nullptr;
+  }
+  int tokens = 0;
+  while (tokens < min_tokens && reader->Read(&ev)) tokens += ev.tokens().tokens_size();
+  if (tokens < min_tokens) {
+    ADD_FAILURE() << submit.request_id() << ": stream ended after " << tokens << " tokens";
+    return nullptr;
+  }
+  return reader;
+}
+
 // Watches `w`'s load until `done(used blocks, load)` holds.
 ::testing::AssertionResult WatchLoadUntil(
     const WorkerProcess& w, const std::function<bool(int, const v1::WorkerLoad&)>& done,
@@ -538,21 +574,9 @@ TEST_F(WorkerE2eTest, CancelMidStreamFreesKvOnBothSides) {
     SCOPED_TRACE(via_cancel_rpc ? "Decode.Cancel" : "client cancels the stream");
     const v1::DecodeSubmit submit = LongRequest(via_cancel_rpc ? "cancel-rpc" : "cancel-stream");
     grpc::ClientContext ctx;
-    ctx.set_deadline(In(absl::Seconds(60)));
-    v1::ReserveRequest req;
-    *req.mutable_request() = submit;
-    auto reader = decode->Reserve(&ctx, req);
+    auto reader = StartStreaming(*decode, *prefill, submit, 3, &ctx);
+    ASSERT_NE(reader, nullptr);
     v1::DecodeEvent ev;
-    ASSERT_TRUE(reader->Read(&ev) && ev.has_reservation());
-    grpc::ClientContext pctx;
-    v1::PrefillRequest preq;
-    *preq.mutable_request() = submit;
-    *preq.mutable_reservation() = ev.reservation();
-    v1::PrefillResponse presp;
-    ASSERT_TRUE(prefill->Prefill(&pctx, preq, &presp).ok());
-    int tokens = 0;
-    while (tokens < 3 && reader->Read(&ev)) tokens += ev.tokens().tokens_size();
-    ASSERT_GE(tokens, 3);
     const absl::Time t0 = absl::Now();
     if (via_cancel_rpc) {
       grpc::ClientContext cctx;
@@ -778,21 +802,9 @@ TEST_F(WorkerE2eTest, DecodeKilledMidStreamEndsStreamUnavailable) {
   auto prefill = v1::Prefill::NewStub(Dial(*pair.prefill));
   const v1::DecodeSubmit submit = LongRequest("doomed");
   grpc::ClientContext ctx;
-  ctx.set_deadline(In(absl::Seconds(60)));
-  v1::ReserveRequest req;
-  *req.mutable_request() = submit;
-  auto reader = decode->Reserve(&ctx, req);
+  auto reader = StartStreaming(*decode, *prefill, submit, 2, &ctx);
+  ASSERT_NE(reader, nullptr);
   v1::DecodeEvent ev;
-  ASSERT_TRUE(reader->Read(&ev) && ev.has_reservation());
-  grpc::ClientContext pctx;
-  v1::PrefillRequest preq;
-  *preq.mutable_request() = submit;
-  *preq.mutable_reservation() = ev.reservation();
-  v1::PrefillResponse presp;
-  ASSERT_TRUE(prefill->Prefill(&pctx, preq, &presp).ok());
-  int tokens = 0;
-  while (tokens < 2 && reader->Read(&ev)) tokens += ev.tokens().tokens_size();
-  ASSERT_GE(tokens, 2);
   (*d)->Signal(SIGKILL);
   const absl::Time killed = absl::Now();
   while (reader->Read(&ev)) {

@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
-#include "common/status_macros.h"
-#include "common/tokenizer.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/engine/tokenizer/tokenizer.h"
 
 namespace tandem::decode_worker {
 
@@ -20,10 +20,10 @@ enum class DecodeEngine::State {
 };
 
 struct DecodeEngine::Seq {
-  Seq(SequenceId k, const SamplingParams& params)
+  Seq(engine::SequenceId k, const engine::SamplingParams& params)
       : key(k), sampler(params), stops(params.stop_strings) {}
 
-  SequenceId key;
+  engine::SequenceId key;
   std::string request_id;
   RequestSink* sink = nullptr;
   State state = State::kWaiting;
@@ -38,10 +38,10 @@ struct DecodeEngine::Seq {
   int64_t order = 0;
   int32_t preemptions = 0;
 
-  Sampler sampler;
+  engine::Sampler sampler;
   std::vector<int32_t> stop_ids;
-  std::unique_ptr<Detokenizer> detok;
-  StopStringMatcher stops;
+  std::unique_ptr<engine::Detokenizer> detok;
+  engine::StopStringMatcher stops;
   bool stop_string_hit = false;
   int32_t cached_prompt_tokens = 0;
   bool cache_counted = false;
@@ -50,7 +50,7 @@ struct DecodeEngine::Seq {
   kvtransfer::TransferTag tag = 0;
   uint64_t expected_bytes = 0;
   absl::Time deadline = absl::InfiniteFuture();
-  SampleResult first;
+  engine::SampleResult first;
   absl::AnyInvocable<void(absl::Status) &&> commit_done;
   bool writer_done = false;  // the prefill worker said none of its writes is in flight
 
@@ -70,9 +70,9 @@ const char* FinishName(Finish f) { return f == Finish::kStop ? "stop" : "length"
 
 }  // namespace
 
-DecodeEngine::DecodeEngine(std::unique_ptr<Engine> engine, kvtransfer::KvTransport* transport,
+DecodeEngine::DecodeEngine(std::unique_ptr<engine::Engine> engine, kvtransfer::KvTransport* transport,
                            kvtransfer::RegionDescriptor region, DecodeEngineOptions options,
-                           DecodeMetrics* metrics, Clock& clock)
+                           DecodeMetrics* metrics, base::Clock& clock)
     : engine_(std::move(engine)),
       transport_(transport),
       region_(std::move(region)),
@@ -80,7 +80,7 @@ DecodeEngine::DecodeEngine(std::unique_ptr<Engine> engine, kvtransfer::KvTranspo
       metrics_(metrics),
       clock_(clock),
       worker_id_(options_.worker_id) {
-  const ModelConfig& mc = engine_->model().config();
+  const engine::ModelConfig& mc = engine_->model().config();
   layout_.num_layers = mc.num_layers;
   layout_.num_kv_heads = mc.num_kv_heads;
   layout_.head_dim = mc.head_dim;
@@ -121,15 +121,15 @@ LoadInfo DecodeEngine::load() const {
   return load_;
 }
 
-void DecodeEngine::SubmitReserve(SequenceId key, RequestSpec spec, RequestSink* sink) {
+void DecodeEngine::SubmitReserve(engine::SequenceId key, RequestSpec spec, RequestSink* sink) {
   Submit(key, std::move(spec), sink, /*reserve=*/true);
 }
 
-void DecodeEngine::SubmitGenerate(SequenceId key, RequestSpec spec, RequestSink* sink) {
+void DecodeEngine::SubmitGenerate(engine::SequenceId key, RequestSpec spec, RequestSink* sink) {
   Submit(key, std::move(spec), sink, /*reserve=*/false);
 }
 
-void DecodeEngine::Submit(SequenceId key, RequestSpec spec, RequestSink* sink, bool reserve) {
+void DecodeEngine::Submit(engine::SequenceId key, RequestSpec spec, RequestSink* sink, bool reserve) {
   if (!queue_.Post([this, key, spec = std::move(spec), sink, reserve]() mutable {
         DoSubmit(key, std::move(spec), sink, reserve);
       })) {
@@ -162,7 +162,7 @@ void DecodeEngine::Cancel(std::string request_id, absl::AnyInvocable<void(bool) 
   }
 }
 
-void DecodeEngine::CancelKey(SequenceId key) {
+void DecodeEngine::CancelKey(engine::SequenceId key) {
   queue_.Post([this, key] { DoCancel(key, absl::CancelledError("client stream cancelled")); });
 }
 
@@ -184,9 +184,9 @@ void DecodeEngine::Loop() {
   }
   queue_.Close();
   queue_.RunPending();  // posts that raced with Close: they see stopping_
-  std::vector<SequenceId> keys;
+  std::vector<engine::SequenceId> keys;
   for (const auto& [key, s] : seqs_) keys.push_back(key);
-  for (SequenceId key : keys) {
+  for (engine::SequenceId key : keys) {
     auto it = seqs_.find(key);
     if (it != seqs_.end()) FailSeq(*it->second, stop_reason_);
   }
@@ -212,7 +212,7 @@ absl::Duration DecodeEngine::IdleWait(absl::Time now) const {
   return wait;
 }
 
-void DecodeEngine::DoSubmit(SequenceId key, RequestSpec spec, RequestSink* sink, bool reserve) {
+void DecodeEngine::DoSubmit(engine::SequenceId key, RequestSpec spec, RequestSink* sink, bool reserve) {
   if (stopping_) {
     sink->OnError(stop_reason_);
     return;
@@ -249,11 +249,11 @@ void DecodeEngine::DoSubmit(SequenceId key, RequestSpec spec, RequestSink* sink,
   s->arrival = now;
   s->import = reserve;
   s->stop_ids = spec.sampling.stop_token_ids;
-  if (const Tokenizer* tok = engine_->model().tokenizer(); tok != nullptr) {
+  if (const engine::Tokenizer* tok = engine_->model().tokenizer(); tok != nullptr) {
     if (!spec.sampling.ignore_eos) {
       s->stop_ids.insert(s->stop_ids.end(), tok->eog_ids().begin(), tok->eog_ids().end());
     }
-    s->detok = std::make_unique<Detokenizer>(*tok);
+    s->detok = std::make_unique<engine::Detokenizer>(*tok);
   }
   if (reserve) {
     const int64_t bs = engine_->config().block_size;
@@ -295,17 +295,17 @@ bool DecodeEngine::TryReserve(Seq& s, absl::Time now) {
   // reservation must not take it (that would preempt a running sequence).
   int64_t running = 0;
   for (const auto& [k, other] : seqs_) running += other->state == State::kAdmitted;
-  const KvCacheManager& kv = engine_->kv_cache();
+  const engine::KvCacheManager& kv = engine_->kv_cache();
   const int64_t available = kv.num_free_blocks() + kv.num_cached_blocks();
   if (available - needed < running) {
     return false;
   }
-  absl::StatusOr<std::vector<BlockId>> blocks = engine_->AddSequenceForImport(s.key, s.tokens);
+  absl::StatusOr<std::vector<engine::BlockId>> blocks = engine_->AddSequenceForImport(s.key, s.tokens);
   if (!blocks.ok()) {
     if (blocks.status().code() == absl::StatusCode::kResourceExhausted) {
       return false;  // cached blocks still referenced elsewhere: wait
     }
-    FailSeq(s, Annotate(blocks.status(), absl::StrCat("reserve ", s.request_id)));
+    FailSeq(s, base::Annotate(blocks.status(), absl::StrCat("reserve ", s.request_id)));
     return true;
   }
   s.in_engine = true;
@@ -420,11 +420,11 @@ void DecodeEngine::DoCommit(CommitSpec commit, absl::AnyInvocable<void(absl::Sta
 }
 
 void DecodeEngine::PollImports(absl::Time now) {
-  std::vector<SequenceId> keys;
+  std::vector<engine::SequenceId> keys;
   for (const auto& [key, s] : seqs_) {
     if (s->state == State::kReserved || s->state == State::kCommitting) keys.push_back(key);
   }
-  for (SequenceId key : keys) {
+  for (engine::SequenceId key : keys) {
     Seq& s = *seqs_.at(key);
     if (s.state == State::kCommitting) {
       const uint64_t received = transport_->ReceivedBytes(s.tag);
@@ -447,7 +447,7 @@ void DecodeEngine::PollImports(absl::Time now) {
         std::move(s.commit_done)(absl::OkStatus());
         s.commit_done = nullptr;
         TokenEvent ev;
-        const SampleResult first = s.first;
+        const engine::SampleResult first = s.first;
         if (!AcceptToken(s, first, &ev)) {
           s.sink->OnTokens(std::move(ev));
         }
@@ -498,16 +498,16 @@ bool DecodeEngine::RunStep() {
   const StepPlan plan = PlanDecodeStep(sched, views, engine_->kv_cache().num_free_blocks());
 
   const absl::Time now = clock_.Now();
-  for (SequenceId key : plan.unservable) {
+  for (engine::SequenceId key : plan.unservable) {
     FailSeq(*seqs_.at(key),
             absl::ResourceExhaustedError(absl::StrCat("the KV pool (", engine_->num_blocks(),
                                                       " blocks of ", engine_->config().block_size,
                                                       " tokens) cannot hold this request")));
   }
-  for (SequenceId key : plan.preempt) {
+  for (engine::SequenceId key : plan.preempt) {
     Preempt(*seqs_.at(key));
   }
-  for (SequenceId key : plan.admit) {
+  for (engine::SequenceId key : plan.admit) {
     Seq& s = *seqs_.at(key);
     s.state = State::kAdmitted;
     if (s.admitted_time == absl::InfinitePast()) {
@@ -528,7 +528,7 @@ bool DecodeEngine::RunStep() {
     }
   }
 
-  std::vector<BatchEntry> batch;
+  std::vector<engine::BatchEntry> batch;
   std::vector<Seq*> batch_seqs;
   for (const StepPlan::Entry& e : plan.entries) {
     auto it = seqs_.find(e.id);
@@ -541,9 +541,9 @@ bool DecodeEngine::RunStep() {
     if (n <= 0) {
       continue;
     }
-    batch.push_back(BatchEntry{
+    batch.push_back(engine::BatchEntry{
         s.key, absl::MakeConstSpan(s.tokens.data() + s.kv, n),
-        s.kv + n == static_cast<int32_t>(s.tokens.size()) ? LogitsMode::kLast : LogitsMode::kNone});
+        s.kv + n == static_cast<int32_t>(s.tokens.size()) ? engine::LogitsMode::kLast : engine::LogitsMode::kNone});
     batch_seqs.push_back(&s);
   }
   if (batch.empty()) {
@@ -551,7 +551,7 @@ bool DecodeEngine::RunStep() {
   }
 
   const absl::Time t0 = clock_.Now();
-  absl::StatusOr<StepOutput> out = engine_->Step(batch);
+  absl::StatusOr<engine::StepOutput> out = engine_->Step(batch);
   const absl::Time t1 = clock_.Now();
   if (!out.ok()) {
     if (out.status().code() == absl::StatusCode::kResourceExhausted) {
@@ -584,10 +584,10 @@ bool DecodeEngine::RunStep() {
       s.prefill_time += t1 - t0;
     }
     s.kv += n;
-    if (batch[i].logits != LogitsMode::kLast) {
+    if (batch[i].logits != engine::LogitsMode::kLast) {
       continue;
     }
-    const SampleResult sample = s.sampler.Sample(out->last_logits(i), s.tokens);
+    const engine::SampleResult sample = s.sampler.Sample(out->last_logits(i), s.tokens);
     TokenEvent ev;
     if (!AcceptToken(s, sample, &ev)) {
       s.sink->OnTokens(std::move(ev));
@@ -596,7 +596,7 @@ bool DecodeEngine::RunStep() {
   return true;
 }
 
-bool DecodeEngine::AcceptToken(Seq& s, const SampleResult& sample, TokenEvent* event) {
+bool DecodeEngine::AcceptToken(Seq& s, const engine::SampleResult& sample, TokenEvent* event) {
   const absl::Time now = clock_.Now();
   if (s.first_token_time == absl::InfinitePast()) {
     s.first_token_time = now;
@@ -684,7 +684,7 @@ void DecodeEngine::FailSeq(Seq& s, const absl::Status& status) {
 }
 
 void DecodeEngine::Release(Seq& s) {
-  const SequenceId key = s.key;
+  const engine::SequenceId key = s.key;
   bool fenced = false;
   if (s.import && transport_ != nullptr &&
       (s.state == State::kReserved || s.state == State::kCommitting)) {
@@ -744,7 +744,7 @@ void DecodeEngine::Preempt(Seq& s) {
   metrics_->preemptions->Increment();
 }
 
-void DecodeEngine::DoCancel(SequenceId key, const absl::Status& why) {
+void DecodeEngine::DoCancel(engine::SequenceId key, const absl::Status& why) {
   auto it = seqs_.find(key);
   if (it == seqs_.end()) {
     return;  // already finished
@@ -773,7 +773,7 @@ void DecodeEngine::UpdateLoad() {
       l.queued_prefill_tokens += left;
     }
   }
-  const KvCacheManager& kv = engine_->kv_cache();
+  const engine::KvCacheManager& kv = engine_->kv_cache();
   l.free_blocks = kv.num_free_blocks();
   l.used_blocks = kv.num_used_blocks();
   l.cached_blocks = kv.num_cached_blocks();

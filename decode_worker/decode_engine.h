@@ -48,11 +48,11 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
-#include "common/engine.h"
-#include "common/generation.h"
-#include "common/sampling.h"
-#include "common/work_queue.h"
+#include "common/base/clock.h"
+#include "common/engine/engine.h"
+#include "common/engine/generation.h"
+#include "common/engine/sampling.h"
+#include "common/base/work_queue.h"
 #include "decode_worker/metrics.h"
 #include "decode_worker/scheduler.h"
 #include "kvtransfer/kv_layout.h"
@@ -65,7 +65,7 @@ struct RequestSpec {
   std::string request_id;  // "" -> the engine names it "<worker_id>-<n>"
   std::vector<int32_t> prompt;
   int32_t max_tokens = 0;
-  SamplingParams sampling;
+  engine::SamplingParams sampling;
   // The client's deadline (gRPC); a reservation expires at the earlier of
   // this and now + reservation_deadline.
   absl::Time deadline = absl::InfiniteFuture();
@@ -90,7 +90,7 @@ struct CommitSpec {
   // flight any more. The request fails (if still live) and its blocks free
   // at once instead of waiting out a fence.
   bool abort = false;
-  SampleResult first;  // the first token, sampled by the prefill worker
+  engine::SampleResult first;  // the first token, sampled by the prefill worker
   int32_t num_tokens = 0;
   uint64_t bytes_written = 0;
 };
@@ -117,7 +117,7 @@ struct Timings {
 // start). The last one of a request has `final` set with finish, usage and
 // timings.
 struct TokenEvent {
-  std::vector<SampleResult> tokens;
+  std::vector<engine::SampleResult> tokens;
   std::string text;
   bool final = false;
   Finish finish = Finish::kLength;
@@ -168,9 +168,9 @@ class DecodeEngine {
   // `transport` (may be null: colocated, Reserve then fails) must outlive the
   // engine and have `region` registered over the engine's KV pool. `metrics`
   // and `clock` must outlive the engine.
-  DecodeEngine(std::unique_ptr<Engine> engine, kvtransfer::KvTransport* transport,
+  DecodeEngine(std::unique_ptr<engine::Engine> engine, kvtransfer::KvTransport* transport,
                kvtransfer::RegionDescriptor region, DecodeEngineOptions options,
-               DecodeMetrics* metrics, Clock& clock);
+               DecodeMetrics* metrics, base::Clock& clock);
   ~DecodeEngine();  // Stop()
   DecodeEngine(const DecodeEngine&) = delete;
   DecodeEngine& operator=(const DecodeEngine&) = delete;
@@ -189,7 +189,7 @@ class DecodeEngine {
 
   // Any thread. A fresh key for a request (Submit*, CancelKey); taken before
   // submitting so the sink knows it before the engine can answer.
-  SequenceId NewRequestKey() { return next_key_.fetch_add(1, std::memory_order_relaxed); }
+  engine::SequenceId NewRequestKey() { return next_key_.fetch_add(1, std::memory_order_relaxed); }
   // Any thread. Errors reach the sink (engine thread; or the calling thread
   // when the engine is stopped):
   //  - Reserve: FailedPrecondition without a transport, AlreadyExists (live
@@ -198,8 +198,8 @@ class DecodeEngine {
   //    client's deadline passed while queued), InvalidArgument (prompt).
   //  - Generate: AlreadyExists; ResourceExhausted when max_waiting requests
   //    already wait or the pool can never hold the request.
-  void SubmitReserve(SequenceId key, RequestSpec spec, RequestSink* sink);
-  void SubmitGenerate(SequenceId key, RequestSpec spec, RequestSink* sink);
+  void SubmitReserve(engine::SequenceId key, RequestSpec spec, RequestSink* sink);
+  void SubmitGenerate(engine::SequenceId key, RequestSpec spec, RequestSink* sink);
   // `done` runs on the engine thread once the import is committed (OK) or
   // not: NotFound (unknown or cancelled request; a fenced one's blocks free
   // now, as the writer has finished), FailedPrecondition
@@ -210,24 +210,24 @@ class DecodeEngine {
   // sink gets OnError(CANCELLED); its blocks are free before the next step.
   void Cancel(std::string request_id, absl::AnyInvocable<void(bool) &&> done);
   // The client stream went away: like Cancel, by key; no callback.
-  void CancelKey(SequenceId key);
+  void CancelKey(engine::SequenceId key);
 
   // Any thread.
   int32_t num_live_requests() const { return num_live_.load(std::memory_order_relaxed); }
   LoadInfo load() const;
-  const Engine& engine() const { return *engine_; }
+  const engine::Engine& engine() const { return *engine_; }
   kvtransfer::KvLayout layout() const { return layout_; }
-  const ModelConfig& model_config() const { return engine_->model().config(); }
+  const engine::ModelConfig& model_config() const { return engine_->model().config(); }
 
  private:
   struct Seq;
   enum class State;
 
   void Loop();
-  void Submit(SequenceId key, RequestSpec spec, RequestSink* sink, bool reserve);
-  void DoSubmit(SequenceId key, RequestSpec spec, RequestSink* sink, bool reserve);
+  void Submit(engine::SequenceId key, RequestSpec spec, RequestSink* sink, bool reserve);
+  void DoSubmit(engine::SequenceId key, RequestSpec spec, RequestSink* sink, bool reserve);
   void DoCommit(CommitSpec commit, absl::AnyInvocable<void(absl::Status) &&> done);
-  void DoCancel(SequenceId key, const absl::Status& why);
+  void DoCancel(engine::SequenceId key, const absl::Status& why);
   void PollImports(absl::Time now);
   // Hands out reservations to queued Reserves, oldest first, while the pool
   // has their blocks plus one per running sequence.
@@ -241,7 +241,7 @@ class DecodeEngine {
   // Applies a sampled token (stop ids, text, stop strings, limits). Returns
   // true when the request finished (the final event went to the sink and
   // `s` is gone); otherwise `event` holds the token for the caller to send.
-  bool AcceptToken(Seq& s, const SampleResult& sample, TokenEvent* event);
+  bool AcceptToken(Seq& s, const engine::SampleResult& sample, TokenEvent* event);
   // Ends `s` normally (sink gets the final event) or with an error, frees
   // everything and forgets it.
   void FinishSeq(Seq& s, Finish finish, TokenEvent event);
@@ -251,12 +251,12 @@ class DecodeEngine {
   void UpdateLoad();
   absl::Duration IdleWait(absl::Time now) const;
 
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<engine::Engine> engine_;
   kvtransfer::KvTransport* const transport_;
   const kvtransfer::RegionDescriptor region_;
   const DecodeEngineOptions options_;
   DecodeMetrics* const metrics_;
-  Clock& clock_;
+  base::Clock& clock_;
   kvtransfer::KvLayout layout_;
   std::string transfer_mode_;
   // High bits of every transfer tag: a prefill worker's transport cancels
@@ -264,10 +264,10 @@ class DecodeEngine {
   // collide (keys alone restart at 1 in every process).
   uint64_t tag_salt_ = 0;
 
-  WorkQueue queue_;
+  base::WorkQueue queue_;
   std::thread thread_;
   std::atomic<bool> stopped_{false};
-  std::atomic<SequenceId> next_key_{1};
+  std::atomic<engine::SequenceId> next_key_{1};
   std::atomic<int32_t> num_live_{0};
   std::string worker_id_;  // options_.worker_id until set_worker_id()
   std::function<void(const LoadInfo&)> on_load_;
@@ -275,10 +275,10 @@ class DecodeEngine {
   // Engine thread only.
   bool stopping_ = false;
   absl::Status stop_reason_;
-  absl::flat_hash_map<SequenceId, std::unique_ptr<Seq>> seqs_;
-  absl::flat_hash_map<std::string, SequenceId> by_request_id_;
+  absl::flat_hash_map<engine::SequenceId, std::unique_ptr<Seq>> seqs_;
+  absl::flat_hash_map<std::string, engine::SequenceId> by_request_id_;
   struct Fence {
-    SequenceId key;  // the engine sequence that still holds the blocks
+    engine::SequenceId key;  // the engine sequence that still holds the blocks
     std::string request_id;
     kvtransfer::TransferTag tag;
     absl::Time release_at;

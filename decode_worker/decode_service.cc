@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/grpc_status.h"
-#include "common/queued_write_reactor.h"
-#include "common/request_validation.h"
+#include "proto/grpc_status.h"
+#include "common/serving/queued_write_reactor.h"
+#include "common/serving/request_validation.h"
 #include "decode_worker/internal/proto_convert.h"
 
 namespace tandem::decode_worker {
@@ -34,10 +34,10 @@ bool MergeResponse(GenerateResponse& last, const GenerateResponse& next) {
 // The stream of one request: a Reserve (DecodeEvent) or Generate
 // (GenerateResponse) reactor that is also the engine's sink for it.
 template <typename Msg>
-class TokenStream final : public QueuedWriteReactor<Msg>, public RequestSink {
+class TokenStream final : public serving::QueuedWriteReactor<Msg>, public RequestSink {
  public:
-  TokenStream(DecodeEngine* engine, SequenceId key, tandem::v1::RouteInfo route)
-      : QueuedWriteReactor<Msg>(&Merge), engine_(engine), key_(key), route_(std::move(route)) {}
+  TokenStream(DecodeEngine* engine, engine::SequenceId key, tandem::v1::RouteInfo route)
+      : serving::QueuedWriteReactor<Msg>(&Merge), engine_(engine), key_(key), route_(std::move(route)) {}
 
   void OnReservation(const Reservation& r) override {
     if constexpr (std::is_same_v<Msg, DecodeEvent>) {
@@ -66,7 +66,7 @@ class TokenStream final : public QueuedWriteReactor<Msg>, public RequestSink {
   }
 
   void OnError(const absl::Status& status) override {
-    this->Close(ToGrpcStatus(status));  // last touch of `this`
+    this->Close(proto::ToGrpcStatus(status));  // last touch of `this`
   }
 
   void set_request_id(std::string id) { request_id_ = std::move(id); }
@@ -84,16 +84,16 @@ class TokenStream final : public QueuedWriteReactor<Msg>, public RequestSink {
   void OnCancelled() override { engine_->CancelKey(key_); }
 
   DecodeEngine* const engine_;
-  const SequenceId key_;
+  const engine::SequenceId key_;
   const tandem::v1::RouteInfo route_;
   std::string request_id_;
 };
 
 template <typename Msg>
 grpc::ServerWriteReactor<Msg>* FailedStream(const absl::Status& status) {
-  class Failed final : public QueuedWriteReactor<Msg> {};
+  class Failed final : public serving::QueuedWriteReactor<Msg> {};
   auto* r = new Failed();
-  r->Close(ToGrpcStatus(status));
+  r->Close(proto::ToGrpcStatus(status));
   return r;
 }
 
@@ -117,8 +117,8 @@ absl::StatusOr<RequestSpec> DecodeService::ToSpec(grpc::CallbackServerContext* c
   spec.request_id = submit.request_id();
   spec.prompt.assign(submit.prompt_ids().begin(), submit.prompt_ids().end());
   spec.max_tokens = submit.max_tokens();
-  spec.sampling = SamplingFromProto(submit.sampling());
-  const absl::Status valid = ValidateGenerationRequest(engine_->model_config(), spec.prompt,
+  spec.sampling = serving::SamplingFromProto(submit.sampling());
+  const absl::Status valid = serving::ValidateGenerationRequest(engine_->model_config(), spec.prompt,
                                                        spec.max_tokens, spec.sampling);
   if (!valid.ok()) {
     return valid;
@@ -142,7 +142,7 @@ grpc::ServerWriteReactor<DecodeEvent>* DecodeService::Reserve(
   tandem::v1::RouteInfo route;
   route.set_decode_worker(advertise_address());
   route.set_colocated(false);
-  const SequenceId key = engine_->NewRequestKey();
+  const engine::SequenceId key = engine_->NewRequestKey();
   auto* stream = new TokenStream<DecodeEvent>(engine_, key, std::move(route));
   stream->set_request_id(spec->request_id);
   engine_->SubmitReserve(key, *std::move(spec), stream);
@@ -161,7 +161,7 @@ grpc::ServerWriteReactor<GenerateResponse>* DecodeService::Generate(
   tandem::v1::RouteInfo route;
   route.set_decode_worker(advertise_address());
   route.set_colocated(true);
-  const SequenceId key = engine_->NewRequestKey();
+  const engine::SequenceId key = engine_->NewRequestKey();
   auto* stream = new TokenStream<GenerateResponse>(engine_, key, std::move(route));
   stream->set_request_id(spec->request_id);
   engine_->SubmitGenerate(key, *std::move(spec), stream);
@@ -181,13 +181,13 @@ grpc::ServerUnaryReactor* DecodeService::Commit(grpc::CallbackServerContext* con
   commit.first.token = request->first_token();
   commit.first.logprob = request->first_logprob();
   for (const auto& t : request->first_top_logprobs()) {
-    commit.first.top_logprobs.push_back(TokenLogprob{t.token(), t.logprob()});
+    commit.first.top_logprobs.push_back(engine::TokenLogprob{t.token(), t.logprob()});
   }
   commit.num_tokens = request->num_tokens();
   commit.bytes_written = request->bytes_written();
   commit.abort = request->abort();
   engine_->Commit(std::move(commit),
-                  [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
+                  [reactor](absl::Status s) { reactor->Finish(proto::ToGrpcStatus(s)); });
   return reactor;
 }
 

@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
-#include "common/status_macros.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
 #include "decode_worker/internal/proto_convert.h"
 
 namespace tandem::decode_worker {
@@ -23,23 +23,23 @@ tandem::v1::WorkerLoad LoadToProto(const LoadInfo& l) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(const WorkerConfig& config) {
+absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(const serving::WorkerConfig& config) {
   RETURN_IF_ERROR(config.Validate());
-  if (config.role != WorkerRole::kDecode && config.role != WorkerRole::kColocated) {
+  if (config.role != serving::WorkerRole::kDecode && config.role != serving::WorkerRole::kColocated) {
     return absl::InvalidArgumentError(
         absl::StrCat("tandem-decode: role must be decode or "
                      "colocated, got ",
-                     WorkerRoleName(config.role)));
+                     serving::WorkerRoleName(config.role)));
   }
   std::unique_ptr<DecodeWorker> w(new DecodeWorker());
   w->config_ = config;
-  ASSIGN_OR_RETURN(w->model_, Model::Load(config.model));
-  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                   Engine::Create(*w->model_, config.ToEngineConfig()));
+  ASSIGN_OR_RETURN(w->model_, engine::Model::Load(config.model));
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine,
+                   engine::Engine::Create(*w->model_, config.ToEngineConfig()));
 
   kvtransfer::RegionDescriptor region;
   std::string transport_name = "none";
-  if (config.role == WorkerRole::kDecode) {
+  if (config.role == serving::WorkerRole::kDecode) {
     kvtransfer::TransportConfig tc;
     tc.kind = config.transport;
     tc.mode = config.transport_mode;
@@ -61,22 +61,22 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(const WorkerC
   opts.reservation_deadline = config.reservation_deadline;
   opts.max_waiting = config.max_queued;
   w->engine_ = std::make_unique<DecodeEngine>(std::move(engine), w->transport_.get(), region, opts,
-                                              w->decode_metrics_.get(), RealClock::Get());
+                                              w->decode_metrics_.get(), base::RealClock::Get());
   w->service_ = std::make_unique<DecodeService>(w->engine_.get());
 
-  const ModelConfig& mc = w->model_->config();
-  tandem::v1::WorkerSnapshot snapshot = MakeWorkerSnapshot(config.role, mc);
+  const engine::ModelConfig& mc = w->model_->config();
+  tandem::v1::WorkerSnapshot snapshot = serving::MakeWorkerSnapshot(config.role, mc);
   internal::ToProto(w->engine_->layout(), snapshot.mutable_layout());
   *snapshot.mutable_load() = LoadToProto(w->engine_->load());
-  ASSIGN_OR_RETURN(w->server_, WorkerServer::Start(config, w->service_.get(), std::move(snapshot),
+  ASSIGN_OR_RETURN(w->server_, serving::WorkerServer::Start(config, w->service_.get(), std::move(snapshot),
                                                    w->registry_));
-  const WorkerServer& server = *w->server_;
+  const serving::WorkerServer& server = *w->server_;
   w->service_->set_advertise_address(server.address());
   w->engine_->set_worker_id(server.worker_id());
 
-  WorkerControlService* control = &w->server_->control();
+  serving::WorkerControlService* control = &w->server_->control();
   w->engine_->Start([control](const LoadInfo& l) { control->PublishLoad(LoadToProto(l)); });
-  LOG(INFO) << "tandem-decode " << server.worker_id() << " role=" << WorkerRoleName(config.role)
+  LOG(INFO) << "tandem-decode " << server.worker_id() << " role=" << serving::WorkerRoleName(config.role)
             << " serving on " << server.address() << " (port " << server.grpc_port()
             << "), metrics port " << server.metrics_port() << ", model " << mc.name << ", "
             << w->engine_->engine().num_blocks() << " KV blocks, transport " << transport_name;

@@ -4,7 +4,7 @@
 // registered, and serves tandem.v1.Decode, tandem.v1.Control (Watch),
 // grpc.health.v1 and Prometheus /metrics (the serving half is the shared
 // WorkerServer). Integration tests run this very object; main.cc only builds
-// the config and waits for SIGTERM (common/worker_main.h).
+// the config and waits for SIGTERM (common/serving/worker_main.h).
 //
 // Thread-safe. Shutdown() (also run by the destructor) is idempotent.
 
@@ -13,10 +13,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/metrics.h"
-#include "common/model.h"
-#include "common/worker_config.h"
-#include "common/worker_server.h"
+#include "common/base/metrics.h"
+#include "common/engine/model.h"
+#include "common/serving/worker_config.h"
+#include "common/serving/worker_server.h"
 #include "decode_worker/decode_engine.h"
 #include "decode_worker/decode_service.h"
 #include "decode_worker/metrics.h"
@@ -29,13 +29,13 @@ class DecodeWorker {
   // `config` must be valid (Validate()) with role decode or colocated
   // (InvalidArgument otherwise). Errors: the model does not load, the engine
   // or transport cannot start, a port cannot be bound.
-  static absl::StatusOr<std::unique_ptr<DecodeWorker>> Create(const WorkerConfig& config);
+  static absl::StatusOr<std::unique_ptr<DecodeWorker>> Create(const serving::WorkerConfig& config);
   ~DecodeWorker();
 
   // Address, worker id and ports.
-  const WorkerServer& server() const { return *server_; }
+  const serving::WorkerServer& server() const { return *server_; }
   LoadInfo load() const { return engine_->load(); }
-  MetricsRegistry& registry() { return registry_; }
+  base::MetricsRegistry& registry() { return registry_; }
 
   // SIGTERM: stops accepting new requests (UNAVAILABLE, health NOT_SERVING),
   // lets in-flight ones finish for up to `grace`, then shuts down. Returns
@@ -47,14 +47,14 @@ class DecodeWorker {
  private:
   DecodeWorker() = default;
 
-  WorkerConfig config_;
-  MetricsRegistry registry_;
+  serving::WorkerConfig config_;
+  base::MetricsRegistry registry_;
   std::unique_ptr<DecodeMetrics> decode_metrics_;
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<engine::Model> model_;
   std::unique_ptr<kvtransfer::KvTransport> transport_;
   std::unique_ptr<DecodeEngine> engine_;
   std::unique_ptr<DecodeService> service_;
-  std::unique_ptr<WorkerServer> server_;  // destroyed before service_, which must outlive it
+  std::unique_ptr<serving::WorkerServer> server_;  // destroyed before service_, which must outlive it
   bool shut_down_ = false;
 };
 

@@ -2,8 +2,8 @@
 
 namespace tandem::decode_worker {
 
-DecodeMetrics::DecodeMetrics(MetricsRegistry& r, const std::string& transport)
-    : WorkerMetrics(r, "tandem_decode", transport, "received"),
+DecodeMetrics::DecodeMetrics(base::MetricsRegistry& r, const std::string& transport)
+    : serving::WorkerMetrics(r, "tandem_decode", transport, "received"),
       running_requests(r.GetGauge("tandem_decode_running_requests",
                                   "Requests in the running batch (decoding or prefilling).")),
       waiting_requests(r.GetGauge("tandem_decode_waiting_requests",
@@ -13,12 +13,12 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& r, const std::string& transport)
       time_to_first_token(
           r.GetHistogram("tandem_decode_time_to_first_token_seconds",
                          "From the request's arrival (Reserve or Generate) to its first token.",
-                         LatencyBuckets())),
+                         base::LatencyBuckets())),
       time_per_output_token(r.GetHistogram("tandem_decode_time_per_output_token_seconds",
                                            "Mean time between a request's output tokens.",
-                                           LatencyBuckets())),
+                                           base::LatencyBuckets())),
       e2e_latency(r.GetHistogram("tandem_decode_request_seconds",
-                                 "From a request's arrival to its last token.", LatencyBuckets())),
+                                 "From a request's arrival to its last token.", base::LatencyBuckets())),
       batch_size(r.GetHistogram("tandem_decode_batch_size", "Sequences per engine step.",
                                 {1, 2, 4, 8, 16, 32, 64, 128, 256, 512})),
       generated_tokens(
@@ -35,6 +35,6 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& r, const std::string& transport)
                        "Reservations a prefill worker gave up (Commit with abort).")),
       reservation_wait(r.GetHistogram("tandem_decode_reservation_wait_seconds",
                                       "Time a Reserve queued for KV blocks before its reservation.",
-                                      LatencyBuckets())) {}
+                                      base::LatencyBuckets())) {}
 
 }  // namespace tandem::decode_worker

@@ -5,28 +5,28 @@
 
 #include <string>
 
-#include "common/metrics.h"
-#include "common/worker_metrics.h"
+#include "common/base/metrics.h"
+#include "common/serving/worker_metrics.h"
 
 namespace tandem::decode_worker {
 
-struct DecodeMetrics : WorkerMetrics {
+struct DecodeMetrics : serving::WorkerMetrics {
   // `transport` labels the KV transfer series ("ucx", "loopback", "none").
-  DecodeMetrics(MetricsRegistry& registry, const std::string& transport);
+  DecodeMetrics(base::MetricsRegistry& registry, const std::string& transport);
 
-  Gauge* running_requests;
-  Gauge* waiting_requests;
-  Gauge* reserved_requests;
-  Histogram* time_to_first_token;
-  Histogram* time_per_output_token;
-  Histogram* e2e_latency;
-  Histogram* batch_size;
-  Counter* generated_tokens;
-  Counter* preemptions;
-  Counter* reservations_expired;
-  Gauge* fenced_reservations;
-  Counter* reservation_aborts;
-  Histogram* reservation_wait;
+  base::Gauge* running_requests;
+  base::Gauge* waiting_requests;
+  base::Gauge* reserved_requests;
+  base::Histogram* time_to_first_token;
+  base::Histogram* time_per_output_token;
+  base::Histogram* e2e_latency;
+  base::Histogram* batch_size;
+  base::Counter* generated_tokens;
+  base::Counter* preemptions;
+  base::Counter* reservations_expired;
+  base::Gauge* fenced_reservations;
+  base::Counter* reservation_aborts;
+  base::Histogram* reservation_wait;
 };
 
 }  // namespace tandem::decode_worker

@@ -12,7 +12,7 @@ bool IsDecoder(const SeqView& s) { return s.total_tokens - s.kv_tokens == 1; }
 
 // One planning pass with `forced` sequences preempted up front (rule 4).
 StepPlan PlanOnce(const SchedulerConfig& cfg, absl::Span<const SeqView> seqs, int32_t free_blocks,
-                  const std::vector<SequenceId>& forced) {
+                  const std::vector<engine::SequenceId>& forced) {
   StepPlan plan;
   std::vector<const SeqView*> admitted;
   std::vector<const SeqView*> waiting;
@@ -24,7 +24,7 @@ StepPlan PlanOnce(const SchedulerConfig& cfg, absl::Span<const SeqView> seqs, in
   std::sort(waiting.begin(), waiting.end(), by_order);
 
   int32_t free_left = free_blocks;
-  auto drop = [&](SequenceId id) {
+  auto drop = [&](engine::SequenceId id) {
     auto it = std::find_if(admitted.begin(), admitted.end(),
                            [id](const SeqView* s) { return s->id == id; });
     if (it != admitted.end()) {
@@ -32,7 +32,7 @@ StepPlan PlanOnce(const SchedulerConfig& cfg, absl::Span<const SeqView> seqs, in
       admitted.erase(it);
     }
   };
-  for (SequenceId id : forced) {
+  for (engine::SequenceId id : forced) {
     plan.preempt.push_back(id);
     drop(id);
   }
@@ -154,7 +154,7 @@ int32_t BlocksFor(int32_t tokens, int32_t block_size) {
 
 StepPlan PlanDecodeStep(const SchedulerConfig& config, absl::Span<const SeqView> seqs,
                         int32_t free_blocks) {
-  std::vector<SequenceId> forced;
+  std::vector<engine::SequenceId> forced;
   while (true) {
     StepPlan plan = PlanOnce(config, seqs, free_blocks, forced);
     if (!plan.entries.empty()) {
@@ -162,7 +162,7 @@ StepPlan PlanDecodeStep(const SchedulerConfig& config, absl::Span<const SeqView>
     }
     // Rule 4: nothing runs; preempt the newest admitted sequence still in the
     // running set, if that leaves at least one to progress.
-    absl::flat_hash_set<SequenceId> gone(plan.preempt.begin(), plan.preempt.end());
+    absl::flat_hash_set<engine::SequenceId> gone(plan.preempt.begin(), plan.preempt.end());
     gone.insert(plan.unservable.begin(), plan.unservable.end());
     const SeqView* newest = nullptr;
     int remaining = 0;

@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "common/kv_cache.h"
+#include "common/engine/kv_cache.h"
 
 namespace tandem::decode_worker {
 
@@ -30,7 +30,7 @@ struct SchedulerConfig {
 
 // What the scheduler needs to know about one sequence.
 struct SeqView {
-  SequenceId id = 0;
+  engine::SequenceId id = 0;
   // Admission order; larger is newer. Preemption takes the newest first; a
   // preempted sequence keeps its order, so it rejoins before newer ones.
   int64_t order = 0;
@@ -49,19 +49,19 @@ struct SeqView {
 
 struct StepPlan {
   struct Entry {
-    SequenceId id = 0;
+    engine::SequenceId id = 0;
     int32_t num_tokens = 0;  // 1 for a decode; the chunk length for a prefill
   };
   // Batch order: decodes (oldest first), then prefill chunks (oldest first).
   std::vector<Entry> entries;
   // Waiting sequences that join the running set with this step (all have an entry).
-  std::vector<SequenceId> admit;
+  std::vector<engine::SequenceId> admit;
   // Admitted sequences to preempt before the step, newest first: free their
   // blocks and requeue them to recompute prompt + generated.
-  std::vector<SequenceId> preempt;
+  std::vector<engine::SequenceId> preempt;
   // Sequences the pool can never hold (alone, with every other sequence
   // preempted, the next token still does not fit): fail them.
-  std::vector<SequenceId> unservable;
+  std::vector<engine::SequenceId> unservable;
   int32_t new_blocks = 0;  // blocks the planned entries need beyond those held
 };
 

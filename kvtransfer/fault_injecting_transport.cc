@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "kvtransfer/internal/write_checks.h"
 
 namespace tandem::kvtransfer {
@@ -49,7 +49,7 @@ absl::Status FaultInjectingTransport::Write(const RegionDescriptor& peer, Transf
     inject = true;
     immediate = spec.fail_status.ok()
                     ? absl::UnavailableError("injected failure")
-                    : Annotate(spec.fail_status,
+                    : base::Annotate(spec.fail_status,
                                absl::StrCat("injected after ", spec.fail_after_writes, " writes"));
   } else if (spec.drop) {
     inject = true;  // immediate stays OK

@@ -7,17 +7,17 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/ggml_type.h"
-#include "common/status_macros.h"
+#include "common/engine/format/ggml_type.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::kvtransfer {
 namespace {
 
-int64_t ElementBytes(GgmlType dtype) {
+int64_t ElementBytes(engine::GgmlType dtype) {
   switch (dtype) {
-    case GgmlType::kF32:
+    case engine::GgmlType::kF32:
       return 4;
-    case GgmlType::kF16:
+    case engine::GgmlType::kF16:
       return 2;
     default:
       return 0;
@@ -33,7 +33,7 @@ int64_t KvLayout::block_bytes() const {
 std::string KvLayout::ToString() const {
   return absl::StrFormat("layers=%d kv_heads=%d head_dim=%d block=%d dtype=%s model=0x%x",
                          num_layers, num_kv_heads, head_dim, block_size,
-                         std::string(GgmlTypeName(dtype)), model_id);
+                         std::string(engine::GgmlTypeName(dtype)), model_id);
 }
 
 absl::Status KvLayout::Validate() const {
@@ -55,7 +55,7 @@ absl::Status KvLayout::Validate() const {
   }
   if (ElementBytes(dtype) == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("KvLayout: dtype must be F32 or F16, got ", GgmlTypeName(dtype)));
+        absl::StrCat("KvLayout: dtype must be F32 or F16, got ", engine::GgmlTypeName(dtype)));
   }
   return absl::OkStatus();
 }
@@ -89,8 +89,8 @@ absl::StatusOr<std::vector<WriteOp>> CoalesceRuns(const PoolGeometry& local, con
                                                   const PoolGeometry& remote, int32_t layer, int kv,
                                                   absl::Span<const int32_t> local_ids,
                                                   absl::Span<const int32_t> remote_ids) {
-  RETURN_IF_ERROR(Annotate(local.Validate(), "local pool"));
-  RETURN_IF_ERROR(Annotate(remote.Validate(), "remote pool"));
+  RETURN_IF_ERROR(base::Annotate(local.Validate(), "local pool"));
+  RETURN_IF_ERROR(base::Annotate(remote.Validate(), "remote pool"));
   RETURN_IF_ERROR(CheckLayoutsMatch(local.layout, remote.layout));
   if (local_ids.size() != remote_ids.size()) {
     return absl::InvalidArgumentError(absl::StrCat("CoalesceRuns: ", local_ids.size(),

@@ -2,7 +2,7 @@
 // The KV layout descriptor that travels with every reservation, and the pool
 // geometry both ends use to turn (layer, K|V, block) into a byte offset.
 //
-// Pool layout (the engine's, see common/engine.h): one contiguous region,
+// Pool layout (the engine's, see common/engine/engine.h): one contiguous region,
 // [layer][K, V][block][kv_head][slot][head_dim]; a block of one layer's K (or
 // V) is block_bytes() contiguous bytes, and consecutive block ids of one
 // layer's K are adjacent, so a run of consecutive ids is one contiguous range.
@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/ggml_type.h"
+#include "common/engine/format/ggml_type.h"
 #include "kvtransfer/transport.h"
 
 namespace tandem::kvtransfer {
@@ -24,7 +24,7 @@ struct KvLayout {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t block_size = 16;
-  GgmlType dtype = GgmlType::kF32;
+  engine::GgmlType dtype = engine::GgmlType::kF32;
   uint64_t model_id = 0;
 
   // One block of one layer's K (or V): block_size * num_kv_heads * head_dim *

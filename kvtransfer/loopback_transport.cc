@@ -14,7 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::kvtransfer {
 namespace internal {
@@ -182,7 +182,7 @@ absl::Status LoopbackTransport::Write(const RegionDescriptor& peer, TransferTag 
               absl::StrCat("write tag=", tag, ": peer ", peer.worker_address, " is gone")));
           return;
         }
-        std::move(done)(Annotate(sink->Copy(peer, tag, ops), absl::StrCat("write tag=", tag)));
+        std::move(done)(base::Annotate(sink->Copy(peer, tag, ops), absl::StrCat("write tag=", tag)));
       });
   if (!posted) {
     return absl::UnavailableError("Write: transport shut down");

@@ -29,8 +29,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/logging.h"
-#include "common/status_macros.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
 #include "kvtransfer/internal/ucx_util.h"
 #include "kvtransfer/internal/write_checks.h"
 #include "ucp/api/ucp.h"
@@ -223,7 +223,7 @@ class UcxTransport::Impl {
                      absl::AnyInvocable<void(absl::Status) &&> done) {
     absl::StatusOr<PeerAddress> address = DecodePeerAddress(peer.worker_address);
     if (!address.ok()) {
-      return Annotate(address.status(), "Write: peer");
+      return base::Annotate(address.status(), "Write: peer");
     }
     RETURN_IF_ERROR(internal::ValidateWrite(peer, ops));
     auto w = std::make_unique<PendingWrite>();
@@ -904,7 +904,7 @@ class UcxTransport::Impl {
     }
     absl::StatusOr<Endpoint*> ep = GetEndpoint(w->peer.worker_address);
     if (!ep.ok()) {
-      std::move(w->done)(Annotate(ep.status(), absl::StrCat("write tag=", w->tag)));
+      std::move(w->done)(base::Annotate(ep.status(), absl::StrCat("write tag=", w->tag)));
       return;
     }
     w->ep = *ep;
@@ -913,7 +913,7 @@ class UcxTransport::Impl {
     } else {
       absl::StatusOr<const RemoteKey*> rkey = GetRkey(**ep, w->peer);
       if (!rkey.ok()) {
-        std::move(w->done)(Annotate(rkey.status(), absl::StrCat("write tag=", w->tag)));
+        std::move(w->done)(base::Annotate(rkey.status(), absl::StrCat("write tag=", w->tag)));
         return;
       }
       w->rkey = (*rkey)->rkey.get();

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/time/time.h"
-#include "common/grpc_status.h"
+#include "proto/grpc_status.h"
 
 namespace tandem::prefill_worker {
 
@@ -46,7 +46,7 @@ void CommitClient::Commit(CommitArgs args, absl::AnyInvocable<void(absl::Status)
   call->request.set_request_id(args.request_id);
   call->request.set_first_token(args.first.token);
   call->request.set_first_logprob(args.first.logprob);
-  for (const TokenLogprob& t : args.first.top_logprobs) {
+  for (const engine::TokenLogprob& t : args.first.top_logprobs) {
     tandem::v1::TokenLogprob* p = call->request.add_first_top_logprobs();
     p->set_token(t.token);
     p->set_logprob(t.logprob);
@@ -67,7 +67,7 @@ void CommitClient::Commit(CommitArgs args, absl::AnyInvocable<void(absl::Status)
   StubFor(args.decode_worker)
       ->async()
       ->Commit(&call->context, &call->request, &call->response, [this, call](grpc::Status s) {
-        std::move(call->done)(FromGrpcStatus(s));
+        std::move(call->done)(proto::FromGrpcStatus(s));
         absl::MutexLock lock(&mu_);
         in_flight_.erase(call);
         delete call;

@@ -5,25 +5,25 @@
 
 #include <string>
 
-#include "common/metrics.h"
-#include "common/worker_metrics.h"
+#include "common/base/metrics.h"
+#include "common/serving/worker_metrics.h"
 
 namespace tandem::prefill_worker {
 
-struct PrefillMetrics : WorkerMetrics {
+struct PrefillMetrics : serving::WorkerMetrics {
   // `transport` labels the KV transfer series ("ucx", "loopback").
-  PrefillMetrics(MetricsRegistry& registry, const std::string& transport);
+  PrefillMetrics(base::MetricsRegistry& registry, const std::string& transport);
 
-  Gauge* running_requests;
-  Gauge* waiting_requests;
-  Gauge* queued_prompt_tokens;
-  Histogram* queue_seconds;
-  Histogram* time_to_first_token;
-  Histogram* request_seconds;
-  Histogram* step_tokens;
-  Counter* prompt_tokens;
-  Counter* cached_prompt_tokens;
-  Counter* kv_transfer_failures;
+  base::Gauge* running_requests;
+  base::Gauge* waiting_requests;
+  base::Gauge* queued_prompt_tokens;
+  base::Histogram* queue_seconds;
+  base::Histogram* time_to_first_token;
+  base::Histogram* request_seconds;
+  base::Histogram* step_tokens;
+  base::Counter* prompt_tokens;
+  base::Counter* cached_prompt_tokens;
+  base::Counter* kv_transfer_failures;
 };
 
 }  // namespace tandem::prefill_worker

@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
-#include "common/status_macros.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::prefill_worker {
 
@@ -18,7 +18,7 @@ enum class PrefillEngine::State {
 };
 
 struct PrefillEngine::Seq {
-  SequenceId key = 0;
+  engine::SequenceId key = 0;
   PrefillJob job;
   PrefillCall* call = nullptr;
   State state = State::kQueued;
@@ -32,7 +32,7 @@ struct PrefillEngine::Seq {
   uint64_t bytes_done = 0;
   absl::Status write_error;   // first failed write
   absl::Status abort_status;  // why it is aborting
-  SampleResult first;
+  engine::SampleResult first;
   absl::Time arrival;
   absl::Time first_chunk = absl::InfinitePast();
   absl::Time compute_done;
@@ -48,9 +48,9 @@ int32_t BlocksFor(int32_t tokens, int32_t block_size) {
 
 }  // namespace
 
-PrefillEngine::PrefillEngine(std::unique_ptr<Engine> engine, kvtransfer::KvTransport* transport,
+PrefillEngine::PrefillEngine(std::unique_ptr<engine::Engine> engine, kvtransfer::KvTransport* transport,
                              Committer* committer, PrefillEngineOptions options,
-                             PrefillMetrics* metrics, Clock& clock)
+                             PrefillMetrics* metrics, base::Clock& clock)
     : engine_(std::move(engine)),
       transport_(transport),
       committer_(committer),
@@ -58,7 +58,7 @@ PrefillEngine::PrefillEngine(std::unique_ptr<Engine> engine, kvtransfer::KvTrans
       metrics_(metrics),
       clock_(clock),
       worker_id_(options_.worker_id) {
-  const ModelConfig& mc = engine_->model().config();
+  const engine::ModelConfig& mc = engine_->model().config();
   layout_.num_layers = mc.num_layers;
   layout_.num_kv_heads = mc.num_kv_heads;
   layout_.head_dim = mc.head_dim;
@@ -94,7 +94,7 @@ PrefillLoad PrefillEngine::load() const {
   return load_;
 }
 
-void PrefillEngine::Submit(SequenceId key, PrefillJob job, PrefillCall* call) {
+void PrefillEngine::Submit(engine::SequenceId key, PrefillJob job, PrefillCall* call) {
   if (!queue_.Post([this, key, job = std::move(job), call]() mutable {
         DoSubmit(key, std::move(job), call);
       })) {
@@ -102,7 +102,7 @@ void PrefillEngine::Submit(SequenceId key, PrefillJob job, PrefillCall* call) {
   }
 }
 
-void PrefillEngine::CancelKey(SequenceId key) {
+void PrefillEngine::CancelKey(engine::SequenceId key) {
   queue_.Post([this, key] {
     auto it = seqs_.find(key);
     if (it != seqs_.end()) {
@@ -128,9 +128,9 @@ void PrefillEngine::Loop() {
   // Abort everything; writes in flight must finish (their sources are our
   // KV pool) before the jobs complete, bounded so a stuck transport cannot
   // hold the shutdown.
-  std::vector<SequenceId> keys;
+  std::vector<engine::SequenceId> keys;
   for (const auto& [key, s] : seqs_) keys.push_back(key);
-  for (SequenceId key : keys) {
+  for (engine::SequenceId key : keys) {
     auto it = seqs_.find(key);
     if (it != seqs_.end()) Abort(*it->second, stop_reason_);
   }
@@ -143,7 +143,7 @@ void PrefillEngine::Loop() {
   queue_.RunPending();
   keys.clear();
   for (const auto& [key, s] : seqs_) keys.push_back(key);
-  for (SequenceId key : keys) {
+  for (engine::SequenceId key : keys) {
     auto it = seqs_.find(key);
     if (it != seqs_.end()) Complete(*it->second, stop_reason_);
   }
@@ -175,7 +175,7 @@ void PrefillEngine::AbortReservation(const std::string& decode_worker,
   });
 }
 
-void PrefillEngine::DoSubmit(SequenceId key, PrefillJob job, PrefillCall* call) {
+void PrefillEngine::DoSubmit(engine::SequenceId key, PrefillJob job, PrefillCall* call) {
   if (stopping_) {
     AbortReservation(job.decode_worker, job.request_id);
     call->Done(stop_reason_);
@@ -209,13 +209,13 @@ void PrefillEngine::DoSubmit(SequenceId key, PrefillJob job, PrefillCall* call) 
 }
 
 void PrefillEngine::CheckDeadlines(absl::Time now) {
-  std::vector<SequenceId> expired;
+  std::vector<engine::SequenceId> expired;
   for (const auto& [key, s] : seqs_) {
     if (s->state != State::kAborting && s->state != State::kCommitting && now >= s->job.deadline) {
       expired.push_back(key);
     }
   }
-  for (SequenceId key : expired) {
+  for (engine::SequenceId key : expired) {
     Seq& s = *seqs_.at(key);
     Abort(s, absl::DeadlineExceededError(absl::StrCat(
                  "request ", s.job.request_id,
@@ -247,7 +247,7 @@ bool PrefillEngine::RunStep() {
   const PrefillPlan plan = PlanPrefillStep(sched, views, engine_->kv_cache().num_free_blocks());
 
   const absl::Time now = clock_.Now();
-  for (SequenceId key : plan.admit) {
+  for (engine::SequenceId key : plan.admit) {
     Seq& s = *seqs_.at(key);
     absl::StatusOr<int32_t> cached = engine_->AddSequence(key, s.job.prompt);
     if (!cached.ok()) {
@@ -263,7 +263,7 @@ bool PrefillEngine::RunStep() {
     metrics_->queue_seconds->Observe(absl::ToDoubleSeconds(now - s.arrival));
   }
 
-  std::vector<BatchEntry> batch;
+  std::vector<engine::BatchEntry> batch;
   std::vector<Seq*> batch_seqs;
   std::vector<int32_t> complete_after;
   for (const PrefillPlan::Chunk& c : plan.chunks) {
@@ -278,8 +278,8 @@ bool PrefillEngine::RunStep() {
       continue;
     }
     const bool last = s.computed + n == prompt_len;
-    batch.push_back(BatchEntry{s.key, absl::MakeConstSpan(s.job.prompt.data() + s.computed, n),
-                               last ? LogitsMode::kLast : LogitsMode::kNone});
+    batch.push_back(engine::BatchEntry{s.key, absl::MakeConstSpan(s.job.prompt.data() + s.computed, n),
+                               last ? engine::LogitsMode::kLast : engine::LogitsMode::kNone});
     batch_seqs.push_back(&s);
     const int32_t bs = engine_->config().block_size;
     complete_after.push_back(last ? BlocksFor(prompt_len, bs) : (s.computed + n) / bs);
@@ -294,7 +294,7 @@ bool PrefillEngine::RunStep() {
     }
   };
   const absl::Time t0 = clock_.Now();
-  absl::StatusOr<StepOutput> out = engine_->Step(batch, hook);
+  absl::StatusOr<engine::StepOutput> out = engine_->Step(batch, hook);
   if (!out.ok() && out.status().code() == absl::StatusCode::kResourceExhausted &&
       batch.size() > 1) {
     // Prefix-cache blocks attached at admission left fewer free blocks than
@@ -317,17 +317,17 @@ bool PrefillEngine::RunStep() {
   }
   metrics_->step_seconds->Observe(absl::ToDoubleSeconds(t1 - t0));
   int64_t tokens = 0;
-  for (const BatchEntry& e : batch) tokens += static_cast<int64_t>(e.tokens.size());
+  for (const engine::BatchEntry& e : batch) tokens += static_cast<int64_t>(e.tokens.size());
   metrics_->step_tokens->Observe(static_cast<double>(tokens));
 
   for (size_t i = 0; i < batch.size(); ++i) {
     Seq& s = *batch_seqs[i];
     s.computed += static_cast<int32_t>(batch[i].tokens.size());
     s.pushed_blocks = std::max(s.pushed_blocks, complete_after[i]);
-    if (batch[i].logits != LogitsMode::kLast) {
+    if (batch[i].logits != engine::LogitsMode::kLast) {
       continue;
     }
-    Sampler sampler(s.job.sampling);
+    engine::Sampler sampler(s.job.sampling);
     s.first = sampler.Sample(out->last_logits(i), s.job.prompt);
     s.compute_done = t1;
     metrics_->time_to_first_token->Observe(absl::ToDoubleSeconds(t1 - s.arrival));
@@ -343,7 +343,7 @@ void PrefillEngine::PushLayer(Seq& s, int layer, int32_t complete) {
   if (s.state != State::kComputing || !s.write_error.ok() || complete <= s.pushed_blocks) {
     return;
   }
-  absl::Span<const BlockId> table = engine_->kv_cache().block_table(s.key);
+  absl::Span<const engine::BlockId> table = engine_->kv_cache().block_table(s.key);
   if (static_cast<int32_t>(table.size()) < complete ||
       static_cast<int32_t>(s.job.remote_blocks.size()) < complete) {
     s.write_error = absl::InternalError(
@@ -360,7 +360,7 @@ void PrefillEngine::PushLayer(Seq& s, int layer, int32_t complete) {
     absl::StatusOr<std::vector<kvtransfer::WriteOp>> part = kvtransfer::CoalesceRuns(
         local_geometry_, engine_->kv_pool_base(), s.job.remote, layer, kv, local, remote);
     if (!part.ok()) {
-      s.write_error = Annotate(part.status(), absl::StrCat("push layer ", layer));
+      s.write_error = base::Annotate(part.status(), absl::StrCat("push layer ", layer));
       return;
     }
     ops.insert(ops.end(), part->begin(), part->end());
@@ -372,7 +372,7 @@ void PrefillEngine::PushLayer(Seq& s, int layer, int32_t complete) {
   }
   ++s.outstanding;
   s.bytes_issued += bytes;
-  const SequenceId key = s.key;
+  const engine::SequenceId key = s.key;
   absl::Status st = transport_->Write(
       s.job.region, s.job.transfer_tag, std::move(ops), [this, key, bytes](absl::Status done) {
         // Progress thread: hand the result to the engine thread.
@@ -383,11 +383,11 @@ void PrefillEngine::PushLayer(Seq& s, int layer, int32_t complete) {
   if (!st.ok()) {
     --s.outstanding;
     s.bytes_issued -= bytes;
-    s.write_error = Annotate(st, absl::StrCat("push layer ", layer));
+    s.write_error = base::Annotate(st, absl::StrCat("push layer ", layer));
   }
 }
 
-void PrefillEngine::OnWriteDone(SequenceId key, uint64_t bytes, absl::Status status) {
+void PrefillEngine::OnWriteDone(engine::SequenceId key, uint64_t bytes, absl::Status status) {
   auto it = seqs_.find(key);
   if (it == seqs_.end()) {
     return;
@@ -419,7 +419,7 @@ void PrefillEngine::Advance(Seq& s) {
   if (!s.write_error.ok()) {
     metrics_->kv_transfer_failures->Increment();
     Complete(
-        s, Annotate(s.write_error, absl::StrCat("KV push to decode worker ", s.job.decode_worker)));
+        s, base::Annotate(s.write_error, absl::StrCat("KV push to decode worker ", s.job.decode_worker)));
     return;
   }
   // The decode worker has the bytes: release ours (full blocks stay as prefix cache).
@@ -438,20 +438,20 @@ void PrefillEngine::Advance(Seq& s) {
   args.num_tokens = static_cast<int32_t>(s.job.prompt.size());
   args.bytes_written = s.bytes_done;
   args.deadline = s.job.deadline;
-  const SequenceId key = s.key;
+  const engine::SequenceId key = s.key;
   committer_->Commit(std::move(args), [this, key](absl::Status st) {
     queue_.Post([this, key, st = std::move(st)]() mutable { OnCommitDone(key, std::move(st)); });
   });
 }
 
-void PrefillEngine::OnCommitDone(SequenceId key, absl::Status status) {
+void PrefillEngine::OnCommitDone(engine::SequenceId key, absl::Status status) {
   auto it = seqs_.find(key);
   if (it == seqs_.end()) {
     return;
   }
   Seq& s = *it->second;
   if (!status.ok()) {
-    Complete(s, Annotate(status, absl::StrCat("commit on decode worker ", s.job.decode_worker)));
+    Complete(s, base::Annotate(status, absl::StrCat("commit on decode worker ", s.job.decode_worker)));
     return;
   }
   PrefillResult r;
@@ -524,7 +524,7 @@ void PrefillEngine::UpdateLoad() {
       if (s->state == State::kComputing) l.queued_prompt_tokens += left;
     }
   }
-  const KvCacheManager& kv = engine_->kv_cache();
+  const engine::KvCacheManager& kv = engine_->kv_cache();
   l.free_blocks = kv.num_free_blocks();
   l.used_blocks = kv.num_used_blocks();
   l.cached_blocks = kv.num_cached_blocks();

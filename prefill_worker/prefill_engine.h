@@ -32,10 +32,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
-#include "common/engine.h"
-#include "common/sampling.h"
-#include "common/work_queue.h"
+#include "common/base/clock.h"
+#include "common/engine/engine.h"
+#include "common/engine/sampling.h"
+#include "common/base/work_queue.h"
 #include "kvtransfer/kv_layout.h"
 #include "kvtransfer/transport.h"
 #include "prefill_worker/metrics.h"
@@ -47,7 +47,7 @@ namespace tandem::prefill_worker {
 struct PrefillJob {
   std::string request_id;
   std::vector<int32_t> prompt;
-  SamplingParams sampling;
+  engine::SamplingParams sampling;
   kvtransfer::TransferTag transfer_tag = 0;
   std::vector<int32_t> remote_blocks;            // reservation block ids, one per prompt block
   kvtransfer::PoolGeometry remote;               // the decode worker's pool
@@ -57,7 +57,7 @@ struct PrefillJob {
 };
 
 struct PrefillResult {
-  SampleResult first;
+  engine::SampleResult first;
   int32_t cached_prompt_tokens = 0;
   uint64_t kv_bytes = 0;
   absl::Duration prefill;
@@ -75,7 +75,7 @@ class PrefillCall {
 struct CommitArgs {
   std::string decode_worker;
   std::string request_id;
-  SampleResult first;
+  engine::SampleResult first;
   int32_t num_tokens = 0;
   uint64_t bytes_written = 0;
   absl::Time deadline = absl::InfiniteFuture();
@@ -115,9 +115,9 @@ class PrefillEngine {
   // `transport`, `committer`, `metrics` and `clock` must outlive the engine;
   // the transport must be shut down before the engine is destroyed (its
   // writes read the engine's KV pool).
-  PrefillEngine(std::unique_ptr<Engine> engine, kvtransfer::KvTransport* transport,
+  PrefillEngine(std::unique_ptr<engine::Engine> engine, kvtransfer::KvTransport* transport,
                 Committer* committer, PrefillEngineOptions options, PrefillMetrics* metrics,
-                Clock& clock);
+                base::Clock& clock);
   ~PrefillEngine();  // Stop()
   PrefillEngine(const PrefillEngine&) = delete;
   PrefillEngine& operator=(const PrefillEngine&) = delete;
@@ -131,15 +131,15 @@ class PrefillEngine {
   void Stop(absl::Status reason = absl::UnavailableError("prefill worker shutting down"));
 
   // Any thread.
-  SequenceId NewRequestKey() { return next_key_.fetch_add(1, std::memory_order_relaxed); }
+  engine::SequenceId NewRequestKey() { return next_key_.fetch_add(1, std::memory_order_relaxed); }
   // Queues `job`; `call` gets the result (engine thread, or this thread when
   // stopped). ResourceExhausted when the admission queue is full;
   // AlreadyExists for a live request id.
-  void Submit(SequenceId key, PrefillJob job, PrefillCall* call);
+  void Submit(engine::SequenceId key, PrefillJob job, PrefillCall* call);
   // The caller went away (or its deadline passed): cancels the writes,
   // frees the blocks once no write reads them, and completes the call
   // with CANCELLED.
-  void CancelKey(SequenceId key);
+  void CancelKey(engine::SequenceId key);
   // Any thread. Tells the decode worker holding `request_id`'s reservation
   // that this worker will not write into it (Decode.Commit with abort), so
   // it frees the blocks at once instead of fencing them past the deadline.
@@ -149,22 +149,22 @@ class PrefillEngine {
 
   int32_t num_live_requests() const { return num_live_.load(std::memory_order_relaxed); }
   PrefillLoad load() const;
-  const Engine& engine() const { return *engine_; }
+  const engine::Engine& engine() const { return *engine_; }
   const kvtransfer::KvLayout& layout() const { return layout_; }
-  const ModelConfig& model_config() const { return engine_->model().config(); }
+  const engine::ModelConfig& model_config() const { return engine_->model().config(); }
 
  private:
   struct Seq;
   enum class State;
 
   void Loop();
-  void DoSubmit(SequenceId key, PrefillJob job, PrefillCall* call);
+  void DoSubmit(engine::SequenceId key, PrefillJob job, PrefillCall* call);
   bool RunStep();
   // Layer hook: pushes layer `layer` of the blocks of `s` complete after
   // its current chunk (blocks [pushed_blocks, complete)).
   void PushLayer(Seq& s, int layer, int32_t complete);
-  void OnWriteDone(SequenceId key, uint64_t bytes, absl::Status status);
-  void OnCommitDone(SequenceId key, absl::Status status);
+  void OnWriteDone(engine::SequenceId key, uint64_t bytes, absl::Status status);
+  void OnCommitDone(engine::SequenceId key, absl::Status status);
   // Moves `s` on once its writes are done: commit, or finish an abort.
   void Advance(Seq& s);
   void Abort(Seq& s, absl::Status why);
@@ -173,19 +173,19 @@ class PrefillEngine {
   void UpdateLoad();
   absl::Duration IdleWait(absl::Time now) const;
 
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<engine::Engine> engine_;
   kvtransfer::KvTransport* const transport_;
   Committer* const committer_;
   const PrefillEngineOptions options_;
   PrefillMetrics* const metrics_;
-  Clock& clock_;
+  base::Clock& clock_;
   kvtransfer::KvLayout layout_;
   kvtransfer::PoolGeometry local_geometry_;
 
-  WorkQueue queue_;
+  base::WorkQueue queue_;
   std::thread thread_;
   std::atomic<bool> stopped_{false};
-  std::atomic<SequenceId> next_key_{1};
+  std::atomic<engine::SequenceId> next_key_{1};
   std::atomic<int32_t> num_live_{0};
   std::string worker_id_;  // options_.worker_id until set_worker_id()
   std::function<void(const PrefillLoad&)> on_load_;
@@ -193,8 +193,8 @@ class PrefillEngine {
   // Engine thread only.
   bool stopping_ = false;
   absl::Status stop_reason_;
-  absl::flat_hash_map<SequenceId, std::unique_ptr<Seq>> seqs_;
-  absl::flat_hash_map<std::string, SequenceId> by_request_id_;
+  absl::flat_hash_map<engine::SequenceId, std::unique_ptr<Seq>> seqs_;
+  absl::flat_hash_map<std::string, engine::SequenceId> by_request_id_;
   int64_t next_order_ = 0;
   PrefillLoad last_load_;
   mutable absl::Mutex load_mu_;

@@ -5,21 +5,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/grpc_status.h"
-#include "common/request_validation.h"
-#include "common/status_macros.h"
+#include "proto/grpc_status.h"
+#include "common/serving/request_validation.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::prefill_worker {
 namespace {
 
 class PrefillCallReactor final : public grpc::ServerUnaryReactor, public PrefillCall {
  public:
-  PrefillCallReactor(PrefillEngine* engine, SequenceId key, tandem::v1::PrefillResponse* response)
+  PrefillCallReactor(PrefillEngine* engine, engine::SequenceId key, tandem::v1::PrefillResponse* response)
       : engine_(engine), key_(key), response_(response) {}
 
   void Done(absl::StatusOr<PrefillResult> result) override {
     if (!result.ok()) {
-      Finish(ToGrpcStatus(result.status()));  // last touch of `this`
+      Finish(proto::ToGrpcStatus(result.status()));  // last touch of `this`
       return;
     }
     response_->set_first_token(result->first.token);
@@ -35,7 +35,7 @@ class PrefillCallReactor final : public grpc::ServerUnaryReactor, public Prefill
   void OnDone() override { delete this; }
 
   PrefillEngine* const engine_;
-  const SequenceId key_;
+  const engine::SequenceId key_;
   tandem::v1::PrefillResponse* const response_;
 };
 
@@ -44,14 +44,14 @@ class PrefillCallReactor final : public grpc::ServerUnaryReactor, public Prefill
 PrefillService::PrefillService(PrefillEngine* engine) : engine_(engine) {}
 
 absl::StatusOr<PrefillJob> PrefillService::ToJob(const tandem::v1::PrefillRequest& request,
-                                                 const ModelConfig& model,
+                                                 const engine::ModelConfig& model,
                                                  const kvtransfer::KvLayout& local_layout) {
   const tandem::v1::DecodeSubmit& submit = request.request();
   PrefillJob job;
   job.request_id = submit.request_id();
   job.prompt.assign(submit.prompt_ids().begin(), submit.prompt_ids().end());
-  job.sampling = SamplingFromProto(submit.sampling());
-  RETURN_IF_ERROR(ValidateGenerationRequest(model, job.prompt, submit.max_tokens(), job.sampling));
+  job.sampling = serving::SamplingFromProto(submit.sampling());
+  RETURN_IF_ERROR(serving::ValidateGenerationRequest(model, job.prompt, submit.max_tokens(), job.sampling));
   if (!request.has_reservation()) {
     return absl::InvalidArgumentError("prefill: the request carries no KV reservation");
   }
@@ -70,7 +70,7 @@ absl::StatusOr<PrefillJob> PrefillService::ToJob(const tandem::v1::PrefillReques
   remote.head_dim = r.layout().head_dim();
   remote.block_size = r.layout().block_size();
   remote.model_id = r.layout().model_id();
-  absl::StatusOr<GgmlType> dtype = GgmlTypeFromName(r.layout().dtype());
+  absl::StatusOr<engine::GgmlType> dtype = engine::GgmlTypeFromName(r.layout().dtype());
   if (!dtype.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("KV layout mismatch: local {", local_layout.ToString(),
@@ -135,14 +135,14 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
   if (!job.ok()) {
     abort_reservation();
     grpc::ServerUnaryReactor* r = context->DefaultReactor();
-    r->Finish(ToGrpcStatus(job.status()));
+    r->Finish(proto::ToGrpcStatus(job.status()));
     return r;
   }
   const auto deadline = context->deadline();
   if (deadline != std::chrono::system_clock::time_point::max()) {
     job->deadline = std::min(job->deadline, absl::FromChrono(deadline));
   }
-  const SequenceId key = engine_->NewRequestKey();
+  const engine::SequenceId key = engine_->NewRequestKey();
   auto* reactor = new PrefillCallReactor(engine_, key, response);
   engine_->Submit(key, *std::move(job), reactor);
   return reactor;

@@ -28,7 +28,7 @@ class PrefillService final : public tandem::v1::Prefill::CallbackService {
 
   // The conversion and checks Prefill applies (pure; any thread).
   static absl::StatusOr<PrefillJob> ToJob(const tandem::v1::PrefillRequest& request,
-                                          const ModelConfig& model,
+                                          const engine::ModelConfig& model,
                                           const kvtransfer::KvLayout& local_layout);
 
  private:

@@ -3,9 +3,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/ggml_type.h"
-#include "common/logging.h"
-#include "common/status_macros.h"
+#include "common/engine/format/ggml_type.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::prefill_worker {
 namespace {
@@ -23,17 +23,17 @@ tandem::v1::WorkerLoad LoadToProto(const PrefillLoad& l) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(const WorkerConfig& config) {
+absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(const serving::WorkerConfig& config) {
   RETURN_IF_ERROR(config.Validate());
-  if (config.role != WorkerRole::kPrefill) {
+  if (config.role != serving::WorkerRole::kPrefill) {
     return absl::InvalidArgumentError(
-        absl::StrCat("tandem-prefill: role must be prefill, got ", WorkerRoleName(config.role)));
+        absl::StrCat("tandem-prefill: role must be prefill, got ", serving::WorkerRoleName(config.role)));
   }
   std::unique_ptr<PrefillWorker> w(new PrefillWorker());
   w->config_ = config;
-  ASSIGN_OR_RETURN(w->model_, Model::Load(config.model));
-  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                   Engine::Create(*w->model_, config.ToEngineConfig()));
+  ASSIGN_OR_RETURN(w->model_, engine::Model::Load(config.model));
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine,
+                   engine::Engine::Create(*w->model_, config.ToEngineConfig()));
   kvtransfer::TransportConfig tc;
   tc.kind = config.transport;
   tc.mode = config.transport_mode;
@@ -54,26 +54,26 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(const Worke
   opts.max_queued = config.max_queued;
   w->engine_ =
       std::make_unique<PrefillEngine>(std::move(engine), w->transport_.get(), w->committer_.get(),
-                                      opts, w->prefill_metrics_.get(), RealClock::Get());
+                                      opts, w->prefill_metrics_.get(), base::RealClock::Get());
   w->service_ = std::make_unique<PrefillService>(w->engine_.get());
 
-  const ModelConfig& mc = w->model_->config();
-  tandem::v1::WorkerSnapshot snapshot = MakeWorkerSnapshot(WorkerRole::kPrefill, mc);
+  const engine::ModelConfig& mc = w->model_->config();
+  tandem::v1::WorkerSnapshot snapshot = serving::MakeWorkerSnapshot(serving::WorkerRole::kPrefill, mc);
   const kvtransfer::KvLayout& layout = w->engine_->layout();
   tandem::v1::KvLayout* pl = snapshot.mutable_layout();
   pl->set_num_layers(layout.num_layers);
   pl->set_num_kv_heads(layout.num_kv_heads);
   pl->set_head_dim(layout.head_dim);
   pl->set_block_size(layout.block_size);
-  pl->set_dtype(std::string(GgmlTypeName(layout.dtype)));
+  pl->set_dtype(std::string(engine::GgmlTypeName(layout.dtype)));
   pl->set_model_id(layout.model_id);
   *snapshot.mutable_load() = LoadToProto(w->engine_->load());
-  ASSIGN_OR_RETURN(w->server_, WorkerServer::Start(config, w->service_.get(), std::move(snapshot),
+  ASSIGN_OR_RETURN(w->server_, serving::WorkerServer::Start(config, w->service_.get(), std::move(snapshot),
                                                    w->registry_));
-  const WorkerServer& server = *w->server_;
+  const serving::WorkerServer& server = *w->server_;
   w->engine_->set_worker_id(server.worker_id());
 
-  WorkerControlService* control = &w->server_->control();
+  serving::WorkerControlService* control = &w->server_->control();
   w->engine_->Start([control](const PrefillLoad& l) { control->PublishLoad(LoadToProto(l)); });
   LOG(INFO) << "tandem-prefill " << server.worker_id() << " serving on " << server.address()
             << " (port " << server.grpc_port() << "), metrics port " << server.metrics_port()

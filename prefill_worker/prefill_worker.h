@@ -4,7 +4,7 @@
 // a write source), and serves tandem.v1.Prefill, tandem.v1.Control (Watch),
 // grpc.health.v1 and Prometheus /metrics (the serving half is the shared
 // WorkerServer). Integration tests run this very object; main.cc only builds
-// the config and waits for SIGTERM (common/worker_main.h).
+// the config and waits for SIGTERM (common/serving/worker_main.h).
 //
 // Thread-safe. Shutdown() (also run by the destructor) is idempotent.
 
@@ -13,10 +13,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/metrics.h"
-#include "common/model.h"
-#include "common/worker_config.h"
-#include "common/worker_server.h"
+#include "common/base/metrics.h"
+#include "common/engine/model.h"
+#include "common/serving/worker_config.h"
+#include "common/serving/worker_server.h"
 #include "kvtransfer/transport.h"
 #include "prefill_worker/commit_client.h"
 #include "prefill_worker/metrics.h"
@@ -28,13 +28,13 @@ namespace tandem::prefill_worker {
 class PrefillWorker {
  public:
   // `config` must be valid with role prefill (InvalidArgument otherwise).
-  static absl::StatusOr<std::unique_ptr<PrefillWorker>> Create(const WorkerConfig& config);
+  static absl::StatusOr<std::unique_ptr<PrefillWorker>> Create(const serving::WorkerConfig& config);
   ~PrefillWorker();
 
   // Address, worker id and ports.
-  const WorkerServer& server() const { return *server_; }
+  const serving::WorkerServer& server() const { return *server_; }
   PrefillLoad load() const { return engine_->load(); }
-  MetricsRegistry& registry() { return registry_; }
+  base::MetricsRegistry& registry() { return registry_; }
 
   // SIGTERM: stops accepting (UNAVAILABLE, health NOT_SERVING), lets
   // in-flight requests finish for up to `grace`, then shuts down. True when
@@ -45,15 +45,15 @@ class PrefillWorker {
  private:
   PrefillWorker() = default;
 
-  WorkerConfig config_;
-  MetricsRegistry registry_;
+  serving::WorkerConfig config_;
+  base::MetricsRegistry registry_;
   std::unique_ptr<PrefillMetrics> prefill_metrics_;
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<engine::Model> model_;
   std::unique_ptr<kvtransfer::KvTransport> transport_;
   std::unique_ptr<CommitClient> committer_;
   std::unique_ptr<PrefillEngine> engine_;
   std::unique_ptr<PrefillService> service_;
-  std::unique_ptr<WorkerServer> server_;  // destroyed before service_, which must outlive it
+  std::unique_ptr<serving::WorkerServer> server_;  // destroyed before service_, which must outlive it
   bool shut_down_ = false;
 };
 

@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "common/kv_cache.h"
+#include "common/engine/kv_cache.h"
 
 namespace tandem::prefill_worker {
 
@@ -26,7 +26,7 @@ struct PrefillSchedulerConfig {
 };
 
 struct PrefillSeqView {
-  SequenceId id = 0;
+  engine::SequenceId id = 0;
   int64_t order = 0;            // arrival order; smaller is older
   int32_t computed_tokens = 0;  // prompt tokens whose KV is present (cache hits included)
   int32_t prompt_tokens = 0;
@@ -36,11 +36,11 @@ struct PrefillSeqView {
 
 struct PrefillPlan {
   struct Chunk {
-    SequenceId id = 0;
+    engine::SequenceId id = 0;
     int32_t num_tokens = 0;
   };
   std::vector<Chunk> chunks;        // batch order: admitted requests oldest first, then new ones
-  std::vector<SequenceId> admit;    // waiting requests that start with this step
+  std::vector<engine::SequenceId> admit;    // waiting requests that start with this step
 };
 
 // Rules:

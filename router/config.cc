@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "router/internal/yaml_util.h"
 
 namespace tandem::router {

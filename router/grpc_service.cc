@@ -6,8 +6,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/grpc_status.h"
-#include "common/logging.h"
+#include "proto/grpc_status.h"
+#include "common/base/logging.h"
 #include "router/request.h"
 
 namespace tandem::router {
@@ -48,7 +48,7 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     absl::StatusOr<PreparedRequest> prepared = router_.Prepare(gen, deadline);
     if (!prepared.ok()) {
       router_.RecordRejected(gen.model, prepared.status());
-      Finish(ToGrpcStatus(prepared.status()));
+      Finish(proto::ToGrpcStatus(prepared.status()));
       return;
     }
     request_id_ = prepared->request_id;
@@ -58,7 +58,7 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
         router_.Start(*std::move(prepared), sink);
     if (!handle.ok()) {
-      Finish(ToGrpcStatus(handle.status()));
+      Finish(proto::ToGrpcStatus(handle.status()));
       return;
     }
     bool cancel_now;
@@ -169,7 +169,7 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
         ToProto(s.route, m.mutable_route());
         w_->Enqueue(std::move(m));
       }
-      w_->FinishWith(ToGrpcStatus(status));
+      w_->FinishWith(proto::ToGrpcStatus(status));
     }
 
    private:
@@ -208,7 +208,7 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
 
   Router& router_;
   std::string request_id_;
-  const Tokenizer* tokenizer_ = nullptr;
+  const engine::Tokenizer* tokenizer_ = nullptr;
   bool want_logprobs_ = false;
 
   absl::Mutex mu_;
@@ -284,22 +284,22 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<const ServedModel*> model = router_.catalog().Find(request->model());
   if (!model.ok()) {
-    reactor->Finish(ToGrpcStatus(model.status()));
+    reactor->Finish(proto::ToGrpcStatus(model.status()));
     return reactor;
   }
   if (!IsValidUtf8(request->text())) {
     reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "text is not valid UTF-8"));
     return reactor;
   }
-  const Tokenizer& tok = (*model)->tokenizer();
-  absl::StatusOr<std::vector<TokenId>> ids =
+  const engine::Tokenizer& tok = (*model)->tokenizer();
+  absl::StatusOr<std::vector<engine::TokenId>> ids =
       tok.Encode(request->text(), request->add_special_tokens() && tok.add_bos(),
                  /*parse_special=*/true);
   if (!ids.ok()) {
-    reactor->Finish(ToGrpcStatus(ids.status()));
+    reactor->Finish(proto::ToGrpcStatus(ids.status()));
     return reactor;
   }
-  for (TokenId id : *ids) {
+  for (engine::TokenId id : *ids) {
     response->add_ids(id);
     response->add_pieces(TokenDisplayText(tok, id));
   }

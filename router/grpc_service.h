@@ -14,7 +14,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/string_view.h"
-#include "common/tokenizer.h"
+#include "common/engine/tokenizer/tokenizer.h"
 #include "router/router.h"
 #include "tandem/v1/generation.grpc.pb.h"
 

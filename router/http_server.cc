@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "nlohmann/json.hpp"
 #include "router/api_error.h"
 #include "router/openai.h"
@@ -151,7 +151,7 @@ bool WriteStream(StreamState& st, httplib::DataSink& sink) {
 
 }  // namespace
 
-HttpServer::HttpServer(Router& router, MetricsRegistry& metrics)
+HttpServer::HttpServer(Router& router, base::MetricsRegistry& metrics)
     : router_(router), metrics_(metrics), server_(std::make_unique<httplib::Server>()) {}
 
 HttpServer::~HttpServer() { Stop(); }

@@ -19,7 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "common/metrics.h"
+#include "common/base/metrics.h"
 #include "router/router.h"
 
 namespace httplib {
@@ -30,7 +30,7 @@ namespace tandem::router {
 
 class HttpServer {
  public:
-  HttpServer(Router& router, MetricsRegistry& metrics);
+  HttpServer(Router& router, base::MetricsRegistry& metrics);
   ~HttpServer();  // Stop()s
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -44,7 +44,7 @@ class HttpServer {
 
  private:
   Router& router_;
-  MetricsRegistry& metrics_;
+  base::MetricsRegistry& metrics_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;

@@ -20,9 +20,9 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "common/logging.h"
-#include "common/metrics.h"
-#include "common/termination_signal.h"
+#include "common/base/logging.h"
+#include "common/base/metrics.h"
+#include "common/base/termination_signal.h"
 #include "router/config.h"
 #include "router/grpc_service.h"
 #include "router/http_server.h"
@@ -107,7 +107,7 @@ absl::StatusOr<RouterConfig> BuildConfig() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tandem::BlockTerminationSignals();
+  tandem::base::BlockTerminationSignals();
   absl::SetProgramUsageMessage(
       "tandem-router --config=router.yaml | --model=M.gguf --workers=host:port,...");
   absl::ParseCommandLine(argc, argv);
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  tandem::MetricsRegistry metrics;
+  tandem::base::MetricsRegistry metrics;
   std::atomic<tandem::router::Router*> router_ptr{nullptr};
   tandem::router::WorkerWatcher::Options wopts;
   wopts.discovery = config->discovery;
@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
   std::printf("READY grpc_port=%d http_port=%d\n", grpc_port, http.port());
   std::fflush(stdout);
 
-  const int sig = tandem::WaitForTerminationSignal();
+  const int sig = tandem::base::WaitForTerminationSignal();
   LOG(INFO) << "signal " << sig << ": draining (grace "
             << absl::FormatDuration(absl::GetFlag(FLAGS_drain_grace)) << ")";
   if (server != nullptr) {

@@ -4,16 +4,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/logging.h"
-#include "common/status_macros.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
 #include "router/api_error.h"
 
 namespace tandem::router {
 
 absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelConfig& config) {
-  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(config.path);
+  absl::StatusOr<std::unique_ptr<engine::GgufFile>> file = engine::GgufFile::Open(config.path);
   if (!file.ok()) {
-    return Annotate(file.status(), absl::StrCat("model ", config.path));
+    return base::Annotate(file.status(), absl::StrCat("model ", config.path));
   }
   std::string name = config.name;
   if (name.empty()) {
@@ -23,13 +23,13 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModel
       FromGguf(name, *std::move(file), config.chat_template,
                std::filesystem::path(config.path).filename().string(), config.worker_model);
   if (!m.ok()) {
-    return Annotate(m.status(), absl::StrCat("model ", config.path));
+    return base::Annotate(m.status(), absl::StrCat("model ", config.path));
   }
   return m;
 }
 
 absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::FromGguf(
-    std::string name, std::unique_ptr<GgufFile> file, absl::string_view chat_template_override,
+    std::string name, std::unique_ptr<engine::GgufFile> file, absl::string_view chat_template_override,
     absl::string_view file_name, absl::string_view worker_model) {
   absl::StatusOr<std::string> gguf_template = file->GetString("tokenizer.chat_template");
   std::string warning;
@@ -58,7 +58,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::FromGguf(
         absl::StrCat(m->architecture_, ".context_length: ", *ctx, " is out of range"));
   }
   m->context_length_ = static_cast<int32_t>(*ctx);
-  ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromGguf(*file));
+  ASSIGN_OR_RETURN(m->tokenizer_, engine::Tokenizer::FromGguf(*file));
   m->file_ = std::move(file);
   return m;
 }

@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/gguf.h"
-#include "common/tokenizer.h"
+#include "common/engine/format/gguf.h"
+#include "common/engine/tokenizer/tokenizer.h"
 #include "router/chat_template.h"
 #include "router/config.h"
 
@@ -27,7 +27,7 @@ class ServedModel {
   // From an open GGUF (tests).
   // `file_name` stands in for general.name in the worker model id.
   static absl::StatusOr<std::unique_ptr<ServedModel>> FromGguf(
-      std::string name, std::unique_ptr<GgufFile> file, absl::string_view chat_template_override,
+      std::string name, std::unique_ptr<engine::GgufFile> file, absl::string_view chat_template_override,
       absl::string_view file_name = "", absl::string_view worker_model = "");
 
   const std::string& name() const { return name_; }
@@ -37,7 +37,7 @@ class ServedModel {
   const std::string& architecture() const { return architecture_; }
   int32_t context_length() const { return context_length_; }
   int32_t vocab_size() const { return tokenizer_->vocab_size(); }
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const engine::Tokenizer& tokenizer() const { return *tokenizer_; }
   const ChatTemplate& chat_template() const { return chat_template_; }
 
  private:
@@ -47,8 +47,8 @@ class ServedModel {
   std::string worker_model_id_;
   std::string architecture_;
   int32_t context_length_ = 0;
-  std::unique_ptr<GgufFile> file_;
-  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<engine::GgufFile> file_;
+  std::unique_ptr<engine::Tokenizer> tokenizer_;
   ChatTemplate chat_template_;
 };
 

@@ -505,7 +505,7 @@ std::vector<std::string> OpenAiResponseBuilder::OnDelta(const ChoiceDelta& delta
   }
   Choice& c = choices_[delta.index];
   const bool chat = request_.endpoint == OpenAiEndpoint::kChat;
-  const Tokenizer& tok = model_.tokenizer();
+  const engine::Tokenizer& tok = model_.tokenizer();
   const size_t lp_from = chat ? c.chat_lp.size() : c.lp_tokens.size();
   const bool want_lp = chat ? request_.chat_logprobs : request_.completion_logprobs >= 0;
   if (want_lp) {

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/tokenizer.h"
+#include "common/engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "router/generation.h"
 #include "router/model_catalog.h"

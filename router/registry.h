@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 
 namespace grpc {
 class Channel;
@@ -66,7 +66,7 @@ struct RegistrySnapshot {
 
 class WorkerRegistry {
  public:
-  WorkerRegistry(Clock& clock, absl::Duration heartbeat_timeout)
+  WorkerRegistry(base::Clock& clock, absl::Duration heartbeat_timeout)
       : clock_(clock), heartbeat_timeout_(heartbeat_timeout) {}
 
   // Replaces the set of addresses to watch. New ones start disconnected;
@@ -93,7 +93,7 @@ class WorkerRegistry {
   absl::Duration heartbeat_timeout() const { return heartbeat_timeout_; }
 
  private:
-  Clock& clock_;
+  base::Clock& clock_;
   const absl::Duration heartbeat_timeout_;
   std::map<std::string, WorkerInfo> workers_;
   std::map<std::string, bool> was_live_;   // liveness reported at the last TakeDeparted

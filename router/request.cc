@@ -85,7 +85,7 @@ bool IsValidUtf8(absl::string_view s, size_t* bad_offset) {
   return true;
 }
 
-std::string TokenDisplayText(const Tokenizer& tokenizer, int32_t id) {
+std::string TokenDisplayText(const engine::Tokenizer& tokenizer, int32_t id) {
   if (id < 0 || id >= tokenizer.vocab_size()) {
     return "";
   }
@@ -107,7 +107,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const GenerationRequest& request,
   }
   out.model = *model;
   const ServedModel& m = **model;
-  const Tokenizer& tok = m.tokenizer();
+  const engine::Tokenizer& tok = m.tokenizer();
   out.request_id = request.request_id.empty() ? NewRequestId() : request.request_id;
   if (!IsValidUtf8(out.request_id) || out.request_id.size() > 256) {
     return InvalidParam("request_id", "request_id must be valid UTF-8 of at most 256 bytes");
@@ -165,7 +165,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const GenerationRequest& request,
       return InvalidParam(prompt_param,
                           absl::StrCat(prompt_param, " is not valid UTF-8 (byte ", bad, ")"));
     }
-    absl::StatusOr<std::vector<TokenId>> ids =
+    absl::StatusOr<std::vector<engine::TokenId>> ids =
         tok.Encode(text, request.add_special_tokens && tok.add_bos(), parse_special);
     if (!ids.ok()) {
       return WithParam(ids.status(), prompt_param);
@@ -215,7 +215,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const GenerationRequest& request,
     return InvalidParam("n", absl::StrCat("n must be in [1, ", limits.max_n, "], got ", request.n));
   }
   out.n = request.n;
-  const SamplingParams& sp = request.sampling;
+  const engine::SamplingParams& sp = request.sampling;
   if (sp.top_logprobs < 0 || sp.top_logprobs > limits.max_logprobs) {
     return InvalidParam(request.logprobs_param,
                         absl::StrCat(request.logprobs_param, " must be in [0, ",

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/sampling.h"
+#include "common/engine/sampling.h"
 #include "router/chat_template.h"
 #include "router/config.h"
 #include "router/model_catalog.h"
@@ -28,7 +28,7 @@ struct GenerationRequest {
   std::optional<std::vector<ChatMessage>> messages;
   std::optional<int32_t> max_tokens;      // unset = default (capped by the context)
   int32_t n = 1;                          // independent choices
-  SamplingParams sampling;                // stop_strings are the client's stop strings
+  engine::SamplingParams sampling;                // stop_strings are the client's stop strings
   bool has_seed = false;
   bool add_special_tokens = true;         // BOS on text prompts (when the vocab wants it)
   std::string request_id;                 // "" = generated
@@ -45,7 +45,7 @@ struct PreparedRequest {
   std::vector<int32_t> prompt_ids;
   int32_t max_tokens = 0;
   int32_t n = 1;
-  SamplingParams sampling;                // as sent to workers (client stop strings included)
+  engine::SamplingParams sampling;                // as sent to workers (client stop strings included)
   bool has_seed = false;
   // What the router matches: the client's stop strings plus the chat
   // template's end-of-turn markers.
@@ -70,6 +70,6 @@ bool IsValidUtf8(absl::string_view s, size_t* bad_offset = nullptr);
 
 // A token's text for logprob fields: its bytes when they are valid UTF-8,
 // else its vocabulary entry ("<0xE4>"), so responses stay valid UTF-8.
-std::string TokenDisplayText(const Tokenizer& tokenizer, int32_t id);
+std::string TokenDisplayText(const engine::Tokenizer& tokenizer, int32_t id);
 
 }  // namespace tandem::router

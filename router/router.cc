@@ -5,7 +5,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "router/internal/request_run.h"
 
 namespace tandem::router {
@@ -26,7 +26,7 @@ const char* FinishReasonName(FinishReason r) {
 }
 
 Router::Router(RouterConfig config, ModelCatalog catalog, SnapshotSource snapshots,
-               MetricsRegistry& metrics, Clock& clock)
+               base::MetricsRegistry& metrics, base::Clock& clock)
     : config_(std::move(config)),
       catalog_(std::move(catalog)),
       snapshots_(std::move(snapshots)),

@@ -29,8 +29,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/metrics.h"
-#include "common/clock.h"
+#include "common/base/metrics.h"
+#include "common/base/clock.h"
 #include "router/config.h"
 #include "router/generation.h"
 #include "router/model_catalog.h"
@@ -52,7 +52,7 @@ using SnapshotSource = std::function<std::shared_ptr<const RegistrySnapshot>()>;
 class Router {
  public:
   Router(RouterConfig config, ModelCatalog catalog, SnapshotSource snapshots,
-         MetricsRegistry& metrics, Clock& clock = RealClock::Get());
+         base::MetricsRegistry& metrics, base::Clock& clock = base::RealClock::Get());
   ~Router();  // Shutdown(absl::ZeroDuration())
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
@@ -83,7 +83,7 @@ class Router {
   const RouterConfig& config() const { return config_; }
   const ModelCatalog& catalog() const { return catalog_; }
   RouterMetrics& metrics() { return metrics_; }
-  Clock& clock() const { return clock_; }
+  base::Clock& clock() const { return clock_; }
   std::shared_ptr<const RegistrySnapshot> snapshot() const { return snapshots_(); }
   int inflight() const { return inflight_.load(std::memory_order_relaxed); }
 
@@ -107,7 +107,7 @@ class Router {
   const RouterConfig config_;
   const ModelCatalog catalog_;
   const SnapshotSource snapshots_;
-  Clock& clock_;
+  base::Clock& clock_;
   RouterMetrics metrics_;
   std::atomic<int> inflight_{0};
 

@@ -4,7 +4,7 @@
 
 namespace tandem::router {
 
-RouterMetrics::RouterMetrics(MetricsRegistry& registry) : registry_(registry) {
+RouterMetrics::RouterMetrics(base::MetricsRegistry& registry) : registry_(registry) {
   inflight = registry.GetGauge("tandem_router_inflight_requests",
                                "Requests admitted and not finished.");
   rejected = registry.GetCounter("tandem_router_rejected_requests_total",
@@ -19,10 +19,10 @@ RouterMetrics::RouterMetrics(MetricsRegistry& registry) : registry_(registry) {
 }
 
 void RouterMetrics::CountRequest(const std::string& model, absl::StatusCode code) {
-  Counter* c;
+  base::Counter* c;
   {
     absl::MutexLock lock(&mu_);
-    Counter*& slot = requests_[{model, static_cast<int>(code)}];
+    base::Counter*& slot = requests_[{model, static_cast<int>(code)}];
     if (slot == nullptr) {
       slot = registry_.GetCounter(
           "tandem_router_requests_total", "Finished requests by model and status code.",
@@ -34,10 +34,10 @@ void RouterMetrics::CountRequest(const std::string& model, absl::StatusCode code
 }
 
 void RouterMetrics::CountRoute(const std::string& model, const std::string& route) {
-  Counter* c;
+  base::Counter* c;
   {
     absl::MutexLock lock(&mu_);
-    Counter*& slot = routes_[{model, route}];
+    base::Counter*& slot = routes_[{model, route}];
     if (slot == nullptr) {
       slot = registry_.GetCounter("tandem_router_route_decisions_total",
                                   "Routing decisions by model and route kind.",
@@ -48,29 +48,29 @@ void RouterMetrics::CountRoute(const std::string& model, const std::string& rout
   c->Increment();
 }
 
-Histogram* RouterMetrics::ModelHistogram(std::map<std::string, Histogram*>& cache,
+base::Histogram* RouterMetrics::ModelHistogram(std::map<std::string, base::Histogram*>& cache,
                                          const std::string& name, const std::string& help,
                                          const std::string& model) {
-  Histogram*& slot = cache[model];
+  base::Histogram*& slot = cache[model];
   if (slot == nullptr) {
-    slot = registry_.GetHistogram(name, help, LatencyBuckets(), {{"model", model}});
+    slot = registry_.GetHistogram(name, help, base::LatencyBuckets(), {{"model", model}});
   }
   return slot;
 }
 
-Histogram* RouterMetrics::ttft(const std::string& model) {
+base::Histogram* RouterMetrics::ttft(const std::string& model) {
   absl::MutexLock lock(&mu_);
   return ModelHistogram(ttft_, "tandem_router_time_to_first_token_seconds",
                         "Time from admission to the first token sent to the client.", model);
 }
 
-Histogram* RouterMetrics::tpot(const std::string& model) {
+base::Histogram* RouterMetrics::tpot(const std::string& model) {
   absl::MutexLock lock(&mu_);
   return ModelHistogram(tpot_, "tandem_router_time_per_output_token_seconds",
                         "Mean time between output tokens after the first, per request.", model);
 }
 
-Histogram* RouterMetrics::e2e(const std::string& model) {
+base::Histogram* RouterMetrics::e2e(const std::string& model) {
   absl::MutexLock lock(&mu_);
   return ModelHistogram(e2e_, "tandem_router_request_duration_seconds",
                         "Time from admission to the end of the request.", model);

@@ -12,45 +12,45 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "common/metrics.h"
+#include "common/base/metrics.h"
 #include "router/registry.h"
 
 namespace tandem::router {
 
 class RouterMetrics {
  public:
-  explicit RouterMetrics(MetricsRegistry& registry);
+  explicit RouterMetrics(base::MetricsRegistry& registry);
 
   // tandem_router_requests_total{model,code}
   void CountRequest(const std::string& model, absl::StatusCode code);
   // tandem_router_route_decisions_total{model,route}: route is "disaggregated",
   // "colocated", "retry" or "none" (no worker fitted).
   void CountRoute(const std::string& model, const std::string& route);
-  Histogram* ttft(const std::string& model);
-  Histogram* tpot(const std::string& model);
-  Histogram* e2e(const std::string& model);
+  base::Histogram* ttft(const std::string& model);
+  base::Histogram* tpot(const std::string& model);
+  base::Histogram* e2e(const std::string& model);
   // tandem_router_workers_up{role}
   void SetWorkersUp(const RegistrySnapshot& snapshot, absl::Time now);
 
-  Gauge* inflight;                  // tandem_router_inflight_requests
-  Counter* rejected;                // tandem_router_rejected_requests_total (admission)
-  Counter* worker_failures;         // tandem_router_worker_failures_total
+  base::Gauge* inflight;                  // tandem_router_inflight_requests
+  base::Counter* rejected;                // tandem_router_rejected_requests_total (admission)
+  base::Counter* worker_failures;         // tandem_router_worker_failures_total
 
  private:
-  Histogram* ModelHistogram(std::map<std::string, Histogram*>& cache, const std::string& name,
+  base::Histogram* ModelHistogram(std::map<std::string, base::Histogram*>& cache, const std::string& name,
                             const std::string& help, const std::string& model)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  MetricsRegistry& registry_;
+  base::MetricsRegistry& registry_;
   absl::Mutex mu_;
-  std::map<std::pair<std::string, int>, Counter*> requests_ ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<std::string, std::string>, Counter*> routes_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Histogram*> ttft_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Histogram*> tpot_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Histogram*> e2e_ ABSL_GUARDED_BY(mu_);
-  Gauge* up_prefill_;
-  Gauge* up_decode_;
-  Gauge* up_colocated_;
+  std::map<std::pair<std::string, int>, base::Counter*> requests_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, base::Counter*> routes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, base::Histogram*> ttft_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, base::Histogram*> tpot_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, base::Histogram*> e2e_ ABSL_GUARDED_BY(mu_);
+  base::Gauge* up_prefill_;
+  base::Gauge* up_decode_;
+  base::Gauge* up_colocated_;
 };
 
 }  // namespace tandem::router

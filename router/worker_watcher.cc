@@ -10,8 +10,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_status.h"
-#include "common/logging.h"
+#include "proto/grpc_status.h"
+#include "common/base/logging.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::router {
@@ -121,7 +121,7 @@ class WorkerWatcher::WatchStream : public grpc::ClientReadReactor<tandem::v1::Wo
   void OnDone(const grpc::Status& s) override {
     // Last touch of `this` is the Post: the closure deletes the stream.
     watcher_->queue_.Post([w = watcher_, self = this, a = address_, g = generation_,
-                           st = FromGrpcStatus(s)]() { w->HandleStreamDone(self, a, g, st); });
+                           st = proto::FromGrpcStatus(s)]() { w->HandleStreamDone(self, a, g, st); });
   }
 
  private:

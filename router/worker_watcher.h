@@ -23,9 +23,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "router/config.h"
-#include "common/work_queue.h"
+#include "common/base/work_queue.h"
 #include "router/registry.h"
 
 namespace tandem::v1 {
@@ -43,7 +43,7 @@ class WorkerWatcher {
  public:
   struct Options {
     DiscoveryConfig discovery;
-    Clock* clock = &RealClock::Get();
+    base::Clock* clock = &base::RealClock::Get();
     Resolver resolver = ResolveWithGetaddrinfo;
     // How often the loop checks liveness and due reconnects.
     absl::Duration tick = absl::Milliseconds(50);
@@ -87,7 +87,7 @@ class WorkerWatcher {
   void Publish();
 
   Options options_;
-  WorkQueue queue_;
+  base::WorkQueue queue_;
   std::thread thread_;
   bool started_ = false;
 

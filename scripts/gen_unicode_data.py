@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Generates common/internal/unicode_data.cc: code point category ranges for the tokenizer.
+"""Generates common/engine/tokenizer/internal/unicode_data.cc: code point category ranges for the tokenizer.
 
-Usage: python3 scripts/gen_unicode_data.py > common/internal/unicode_data.cc
+Usage: python3 scripts/gen_unicode_data.py > common/engine/tokenizer/internal/unicode_data.cc
 
 Uses only the standard library's unicodedata, so the Unicode version is the one
 the running Python ships (3.11: Unicode 14.0.0); it is written into the
@@ -16,7 +16,7 @@ import unicodedata
 
 MAX_CODEPOINT = 0x110000
 
-# Bit values must match tandem::internal::CodepointFlags in common/internal/unicode.h.
+# Bit values must match tandem::internal::CodepointFlags in common/engine/tokenizer/internal/unicode.h.
 NUMBER = 0x01
 LETTER = 0x02
 SEPARATOR = 0x04
@@ -70,9 +70,9 @@ def main():
     out.write("// Unicode %s (Python %d.%d.%d unicodedata).\n" %
               ((unicodedata.unidata_version,) + tuple(sys.version_info[:3])))
     out.write("// %d ranges of code points sharing one general-category class and the\n"
-              "// White_Space bit (see CodepointFlags in common/internal/unicode.h).\n\n"
+              "// White_Space bit (see CodepointFlags in common/engine/tokenizer/internal/unicode.h).\n\n"
               % len(ranges))
-    out.write('#include "common/internal/unicode.h"\n\n')
+    out.write('#include "common/engine/tokenizer/internal/unicode.h"\n\n')
     out.write("namespace tandem::internal {\n\n")
     out.write('const char kUnicodeVersion[] = "%s";\n\n' % unicodedata.unidata_version)
     out.write("const CodepointRange kCodepointRanges[] = {\n")

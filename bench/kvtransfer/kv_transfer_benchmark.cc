@@ -37,7 +37,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "benchmark/benchmark.h"
-#include "common/ggml_type.h"
+#include "common/engine/format/ggml_type.h"
 #include "kvtransfer/kv_layout.h"
 #include "kvtransfer/transport.h"
 #include "kvtransfer/ucx_transport.h"
@@ -55,7 +55,7 @@ KvLayout TinyLlamaLayout() {
   l.num_kv_heads = 4;
   l.head_dim = 64;
   l.block_size = 16;
-  l.dtype = GgmlType::kF16;
+  l.dtype = engine::GgmlType::kF16;
   return l;
 }
 

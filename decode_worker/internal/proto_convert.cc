@@ -1,7 +1,7 @@
 #include "decode_worker/internal/proto_convert.h"
 
 #include "absl/time/time.h"
-#include "common/ggml_type.h"
+#include "common/engine/format/ggml_type.h"
 
 namespace tandem::decode_worker::internal {
 
@@ -10,7 +10,7 @@ void ToProto(const kvtransfer::KvLayout& layout, tandem::v1::KvLayout* out) {
   out->set_num_kv_heads(layout.num_kv_heads);
   out->set_head_dim(layout.head_dim);
   out->set_block_size(layout.block_size);
-  out->set_dtype(std::string(GgmlTypeName(layout.dtype)));
+  out->set_dtype(std::string(engine::GgmlTypeName(layout.dtype)));
   out->set_model_id(layout.model_id);
 }
 
@@ -31,15 +31,15 @@ void ToProto(const Reservation& r, const std::string& decode_worker,
 }
 
 tandem::v1::GenerateResponse ToProto(const TokenEvent& event, const std::string& request_id,
-                                     const Model& model) {
+                                     const engine::Model& model) {
   tandem::v1::GenerateResponse resp;
   resp.set_request_id(request_id);
-  const Tokenizer* tok = model.tokenizer();
-  for (const SampleResult& s : event.tokens) {
+  const engine::Tokenizer* tok = model.tokenizer();
+  for (const engine::SampleResult& s : event.tokens) {
     tandem::v1::TokenDelta* d = resp.add_tokens();
     d->set_token(s.token);
     d->set_logprob(s.logprob);
-    for (const TokenLogprob& t : s.top_logprobs) {
+    for (const engine::TokenLogprob& t : s.top_logprobs) {
       tandem::v1::TokenLogprob* p = d->add_top_logprobs();
       p->set_token(t.token);
       p->set_logprob(t.logprob);

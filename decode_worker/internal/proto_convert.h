@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "common/model.h"
+#include "common/engine/model.h"
 #include "decode_worker/decode_engine.h"
 #include "kvtransfer/kv_layout.h"
 #include "tandem/v1/worker.pb.h"
@@ -15,6 +15,6 @@ void ToProto(const Reservation& r, const std::string& decode_worker,
              tandem::v1::KvReservation* out);
 // One stream message; token texts of top logprobs come from the model's tokenizer.
 tandem::v1::GenerateResponse ToProto(const TokenEvent& event, const std::string& request_id,
-                                     const Model& model);
+                                     const engine::Model& model);
 
 }  // namespace tandem::decode_worker::internal

@@ -3,7 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_format.h"
-#include "common/grpc_status.h"
+#include "proto/grpc_status.h"
 #include "tandem/v1/generation.grpc.pb.h"
 
 namespace tandem::router::cli {
@@ -45,7 +45,7 @@ absl::StatusOr<tandem::v1::GenerateResponse> RunGenerate(const GenerateOptions& 
   }
   grpc::Status st = reader->Finish();
   if (!st.ok()) {
-    return FromGrpcStatus(st);
+    return proto::FromGrpcStatus(st);
   }
   return last;
 }

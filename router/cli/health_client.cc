@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "common/grpc_status.h"
+#include "proto/grpc_status.h"
 
 namespace tandem::router::cli {
 
@@ -27,7 +27,7 @@ absl::Status CheckHealth(const std::string& address, absl::Duration timeout) {
                  });
   done.WaitForNotification();
   if (!status.ok()) {
-    return FromGrpcStatus(status);
+    return proto::FromGrpcStatus(status);
   }
   std::vector<grpc::Slice> slices;
   if (!response.Dump(&slices).ok()) {

@@ -19,7 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "router/cli/health_client.h"
 #include "router/internal/yaml_util.h"
@@ -326,7 +326,7 @@ absl::Status Cluster::Start(std::ostream& log) {
     absl::Status s = Launch(p);
     if (!s.ok()) {
       Stop(log);
-      return Annotate(s, p.name);
+      return base::Annotate(s, p.name);
     }
   }
 

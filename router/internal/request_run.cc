@@ -3,9 +3,9 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_status.h"
-#include "common/logging.h"
-#include "common/status_macros.h"
+#include "proto/grpc_status.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
 #include "router/router.h"
 
 namespace tandem::router::internal {
@@ -21,7 +21,7 @@ bool Retryable(absl::StatusCode code) {
          code == absl::StatusCode::kAborted;
 }
 
-void ToProto(const SamplingParams& s, uint64_t seed, tandem::v1::SamplingParams* p) {
+void ToProto(const engine::SamplingParams& s, uint64_t seed, tandem::v1::SamplingParams* p) {
   p->set_temperature(s.temperature);
   p->set_top_k(s.top_k);
   p->set_top_p(s.top_p);
@@ -42,11 +42,11 @@ void ToProto(const SamplingParams& s, uint64_t seed, tandem::v1::SamplingParams*
 // A worker's status as the client should see it. CANCELLED that we did not
 // ask for means the worker went away (shutdown): retry elsewhere.
 absl::Status WorkerError(const grpc::Status& s, absl::string_view what) {
-  absl::Status st = FromGrpcStatus(s);
+  absl::Status st = proto::FromGrpcStatus(s);
   if (st.code() == absl::StatusCode::kCancelled || st.code() == absl::StatusCode::kUnknown) {
     st = absl::UnavailableError(st.message());
   }
-  return Annotate(st, what);
+  return base::Annotate(st, what);
 }
 
 }  // namespace
@@ -232,7 +232,7 @@ void ChoiceCall::OnTokens(const tandem::v1::GenerateResponse& message) {
   if (reserved_at_ == absl::InfinitePast()) {
     reserved_at_ = router_.clock().Now();  // colocated: the stream is the reservation
   }
-  const Tokenizer& tok = req_.model->tokenizer();
+  const engine::Tokenizer& tok = req_.model->tokenizer();
   ChoiceDelta delta;
   delta.index = index_;
   bool stopped = false;

@@ -27,8 +27,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/sampling.h"
-#include "common/tokenizer.h"
+#include "common/engine/sampling.h"
+#include "common/engine/tokenizer/tokenizer.h"
 #include "router/generation.h"
 #include "router/picker.h"
 #include "router/request.h"
@@ -105,8 +105,8 @@ class ChoiceCall : public std::enable_shared_from_this<ChoiceCall> {
   uint64_t track_prefill_ = 0;
 
   // Stream-reaction state.
-  Detokenizer detok_;
-  StopStringMatcher matcher_;
+  engine::Detokenizer detok_;
+  engine::StopStringMatcher matcher_;
   int32_t tokens_ = 0;
   int32_t cached_prompt_tokens_ = 0;
   absl::Time reserved_at_ = absl::InfinitePast();

@@ -18,17 +18,17 @@ namespace {
 using ::testing::ElementsAreArray;
 
 // A decoder: holds `kv` tokens' KV, one token to feed.
-SeqView Decoder(SequenceId id, int64_t order, int32_t kv, int32_t blocks, bool admitted = true) {
+SeqView Decoder(engine::SequenceId id, int64_t order, int32_t kv, int32_t blocks, bool admitted = true) {
   return SeqView{id, order, kv, kv + 1, blocks, admitted};
 }
 // A sequence needing a prefill of `total - kv` tokens.
-SeqView Prefill(SequenceId id, int64_t order, int32_t kv, int32_t total, int32_t blocks,
+SeqView Prefill(engine::SequenceId id, int64_t order, int32_t kv, int32_t total, int32_t blocks,
                 bool admitted) {
   return SeqView{id, order, kv, total, blocks, admitted};
 }
 
 struct Entry {
-  SequenceId id;
+  engine::SequenceId id;
   int32_t n;
   bool operator==(const Entry&) const = default;
 };
@@ -41,9 +41,9 @@ struct Case {
   std::vector<SeqView> seqs;
   int32_t free_blocks;
   std::vector<Entry> entries = {};
-  std::vector<SequenceId> admit = {};
-  std::vector<SequenceId> preempt = {};
-  std::vector<SequenceId> unservable = {};
+  std::vector<engine::SequenceId> admit = {};
+  std::vector<engine::SequenceId> preempt = {};
+  std::vector<engine::SequenceId> unservable = {};
 };
 
 // ctest lists the test with its parameter: print the case's name, not its bytes.
@@ -67,12 +67,12 @@ TEST_P(PlanDecodeStepTest, Plans) {
   EXPECT_THAT(plan.unservable, ElementsAreArray(c.unservable));
   // The plan never needs more blocks than are free once preemptions freed theirs.
   int32_t freed = 0;
-  for (SequenceId id : plan.preempt) {
+  for (engine::SequenceId id : plan.preempt) {
     for (const SeqView& s : c.seqs) {
       if (s.id == id) freed += s.blocks_held;
     }
   }
-  for (SequenceId id : plan.unservable) {
+  for (engine::SequenceId id : plan.unservable) {
     for (const SeqView& s : c.seqs) {
       if (s.id == id) freed += s.blocks_held;
     }

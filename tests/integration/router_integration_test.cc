@@ -26,9 +26,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
-#include "common/engine.h"
-#include "common/generation.h"
-#include "common/model.h"
+#include "common/engine/engine.h"
+#include "common/engine/generation.h"
+#include "common/engine/model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -417,7 +417,7 @@ TEST_F(RouterIntegrationTest, ClientCancelMidStreamFreesKvOnBothWorkers) {
 // The agreement test: 50 greedy prompts and 50 seeded
 // temperature-0.8 prompts from 8 concurrent clients, through a disaggregated cluster (router +
 // prefill + decode, KV over UCX) and a colocated cluster (router + colocated worker), give exactly
-// the token ids of the single-process engine loop that tandem-generate runs (common/generation.h),
+// the token ids of the single-process engine loop that tandem-generate runs (common/engine/generation.h),
 // for every prompt.
 TEST_F(RouterIntegrationTest, FiftyPromptsEightClientsAgreeAcrossClusters) {
   const std::string d = StartWorker(TANDEM_DECODE_BIN, "decode");
@@ -431,12 +431,12 @@ TEST_F(RouterIntegrationTest, FiftyPromptsEightClientsAgreeAcrossClusters) {
   const std::string colocated = grpc_;
 
   // Reference: the in-process engine loop on the same model.
-  auto model = tandem::Model::Load(Model());
+  auto model = tandem::engine::Model::Load(Model());
   ASSERT_TRUE(model.ok()) << model.status();
-  tandem::EngineConfig ec;
+  tandem::engine::EngineConfig ec;
   ec.num_threads = 1;
   ec.num_kv_blocks = 256;
-  auto engine = tandem::Engine::Create(**model, ec);
+  auto engine = tandem::engine::Engine::Create(**model, ec);
   ASSERT_TRUE(engine.ok()) << engine.status();
 
   constexpr int kPrompts = 50, kClients = 8, kMaxTokens = 24;
@@ -451,14 +451,14 @@ TEST_F(RouterIntegrationTest, FiftyPromptsEightClientsAgreeAcrossClusters) {
     std::vector<int32_t> prompt = {1};
     const int len = 1 + static_cast<int>(rng() % 70);
     for (int t = 0; t < len; ++t) prompt.push_back(3 + static_cast<int32_t>(rng() % 509));
-    tandem::GenerateOptions o;
+    tandem::engine::GenerateOptions o;
     o.max_tokens = kMaxTokens;
     o.sampling.ignore_eos = true;
     if (sampled) {
       o.sampling.temperature = 0.8f;
       o.sampling.seed = 1000 + i;
     }
-    auto r = tandem::Generate(**engine, i, prompt, o);
+    auto r = tandem::engine::Generate(**engine, i, prompt, o);
     ASSERT_TRUE(r.ok()) << r.status();
     Case cs;
     cs.want = r->tokens;

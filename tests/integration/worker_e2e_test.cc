@@ -8,7 +8,7 @@
 //    (ucx_tls tcp on lo): 20 prompts (some sharing prefixes, so the prefill
 //    worker's prefix cache hits; some longer than a chunk) from 4 concurrent
 //    clients, greedy and seeded temperature 0.8 (some with stop strings):
-//    token ids and text equal common/generation.h Generate() run in this
+//    token ids and text equal common/engine/generation.h Generate() run in this
 //    process on the same model; the KV bytes of each request equal the
 //    KvLayout formula (reservation, prefill response, decode-side counter).
 //  - Colocated (Decode.Generate) for the same requests: same equality.
@@ -53,10 +53,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/engine.h"
-#include "common/generation.h"
-#include "common/logging.h"
-#include "common/model.h"
+#include "common/engine/engine.h"
+#include "common/engine/generation.h"
+#include "common/base/logging.h"
+#include "common/engine/model.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
@@ -119,13 +119,13 @@ class Reference {
     static Reference* r = new Reference();
     return *r;
   }
-  const Model& model() const { return *model_; }
-  const Tokenizer& tokenizer() const { return *model_->tokenizer(); }
+  const engine::Model& model() const { return *model_; }
+  const engine::Tokenizer& tokenizer() const { return *model_->tokenizer(); }
 
   // Runs Generate() for `submit` and stores the expected output.
   Request Make(v1::DecodeSubmit submit) {
     absl::MutexLock lock(&mu_);
-    GenerateOptions opts;
+    engine::GenerateOptions opts;
     opts.max_tokens = submit.max_tokens();
     const v1::SamplingParams& p = submit.sampling();
     opts.sampling.temperature = p.temperature();
@@ -133,7 +133,7 @@ class Reference {
     opts.sampling.seed = p.seed();
     opts.sampling.stop_strings.assign(p.stop().begin(), p.stop().end());
     std::vector<int32_t> prompt(submit.prompt_ids().begin(), submit.prompt_ids().end());
-    absl::StatusOr<GenerateResult> r = Generate(*engine_, next_seq_++, prompt, opts);
+    absl::StatusOr<engine::GenerateResult> r = engine::Generate(*engine_, next_seq_++, prompt, opts);
     CHECK(r.ok()) << r.status();
     Request req;
     req.submit = std::move(submit);
@@ -144,22 +144,22 @@ class Reference {
 
  private:
   Reference() {
-    auto m = Model::Load(ModelPath());
+    auto m = engine::Model::Load(ModelPath());
     CHECK(m.ok()) << m.status();
     model_ = std::move(*m);
-    EngineConfig ec;
+    engine::EngineConfig ec;
     ec.num_threads = 1;
     ec.num_kv_blocks = kKvBlocks;
     ec.block_size = kBlockSize;
-    auto e = Engine::Create(*model_, ec);
+    auto e = engine::Engine::Create(*model_, ec);
     CHECK(e.ok()) << e.status();
     engine_ = std::move(*e);
   }
 
   absl::Mutex mu_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Engine> engine_ ABSL_GUARDED_BY(mu_);
-  SequenceId next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  std::unique_ptr<engine::Model> model_;
+  std::unique_ptr<engine::Engine> engine_ ABSL_GUARDED_BY(mu_);
+  engine::SequenceId next_seq_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 // 20 requests: varied lengths (several blocks, several chunks), shared
@@ -184,7 +184,7 @@ std::vector<Request> MakeRequests(const std::string& id_prefix) {
       "\"Wow, it is so pretty! Can I hold it?\" Max smiled and gave her the stone.",
   };
   std::vector<Request> out;
-  const Tokenizer& tok = Reference::Get().tokenizer();
+  const engine::Tokenizer& tok = Reference::Get().tokenizer();
   for (int i = 0; i < 20; ++i) {
     v1::DecodeSubmit s;
     s.set_request_id(absl::StrCat(id_prefix, "-", i));
@@ -395,13 +395,13 @@ int HealthStatus(const WorkerProcess& w) {
 
 // KV bytes of a prompt by the KvLayout formula.
 uint64_t KvBytes(int prompt_tokens) {
-  const ModelConfig& mc = Reference::Get().model().config();
+  const engine::ModelConfig& mc = Reference::Get().model().config();
   kvtransfer::KvLayout layout;
   layout.num_layers = mc.num_layers;
   layout.num_kv_heads = mc.num_kv_heads;
   layout.head_dim = mc.head_dim;
   layout.block_size = kBlockSize;
-  layout.dtype = GgmlType::kF32;
+  layout.dtype = engine::GgmlType::kF32;
   const int blocks = (prompt_tokens + kBlockSize - 1) / kBlockSize;
   return static_cast<uint64_t>(layout.num_layers) * 2 * blocks * layout.block_bytes();
 }

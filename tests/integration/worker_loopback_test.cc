@@ -28,11 +28,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "common/clock.h"
-#include "common/engine.h"
-#include "common/generation.h"
-#include "common/logging.h"
-#include "common/model.h"
+#include "common/base/clock.h"
+#include "common/engine/engine.h"
+#include "common/engine/generation.h"
+#include "common/base/logging.h"
+#include "common/engine/model.h"
 #include "decode_worker/decode_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -50,22 +50,22 @@ using ::testing::HasSubstr;
 
 constexpr int kBlockSize = 16;
 
-const Model& TheModel() {
-  static const Model* m = [] {
+const engine::Model& TheModel() {
+  static const engine::Model* m = [] {
     auto r =
-        Model::Load(::tandem::testing::RequireSharedFile("models/stories260K/stories260K.gguf"));
+        engine::Model::Load(::tandem::testing::RequireSharedFile("models/stories260K/stories260K.gguf"));
     CHECK(r.ok()) << r.status();
     return r->release();
   }();
   return *m;
 }
 
-std::unique_ptr<Engine> MakeEngine(int blocks) {
-  EngineConfig c;
+std::unique_ptr<engine::Engine> MakeEngine(int blocks) {
+  engine::EngineConfig c;
   c.num_threads = 1;
   c.num_kv_blocks = blocks;
   c.block_size = kBlockSize;
-  auto e = Engine::Create(TheModel(), c);
+  auto e = engine::Engine::Create(TheModel(), c);
   CHECK(e.ok()) << e.status();
   return std::move(*e);
 }
@@ -80,7 +80,7 @@ class Sink : public decode_worker::RequestSink {
   }
   void OnTokens(decode_worker::TokenEvent ev) override {
     absl::MutexLock lock(&mu_);
-    for (const SampleResult& s : ev.tokens) tokens_.push_back(s.token);
+    for (const engine::SampleResult& s : ev.tokens) tokens_.push_back(s.token);
     text_ += ev.text;
     if (ev.final) done_ = true;
   }
@@ -208,7 +208,7 @@ class Cluster {
     dopts.fence_grace = o.fence_grace;
     decode_ = std::make_unique<decode_worker::DecodeEngine>(std::move(d_engine), &decode_transport_,
                                                             *region, dopts, &decode_metrics_,
-                                                            RealClock::Get());
+                                                            base::RealClock::Get());
     auto p_engine = MakeEngine(o.prefill_blocks);
     prefill_transport_ = std::make_unique<kvtransfer::FaultInjectingTransport>(
         std::make_unique<kvtransfer::LoopbackTransport>());
@@ -221,7 +221,7 @@ class Cluster {
     popts.max_queued = o.prefill_max_queued;
     prefill_ = std::make_unique<prefill_worker::PrefillEngine>(
         std::move(p_engine), prefill_transport_.get(), &committer_, popts, &prefill_metrics_,
-        RealClock::Get());
+        base::RealClock::Get());
     decode_->Start(nullptr);
     prefill_->Start(nullptr);
   }
@@ -236,12 +236,12 @@ class Cluster {
   prefill_worker::PrefillEngine& prefill() { return *prefill_; }
   kvtransfer::FaultInjectingTransport& faults() { return *prefill_transport_; }
   const DirectCommitter& committer() const { return committer_; }
-  MetricsRegistry& decode_registry() { return decode_registry_; }
+  base::MetricsRegistry& decode_registry() { return decode_registry_; }
 
   // The router's part: reservation -> prefill job.
   static prefill_worker::PrefillJob JobFor(const decode_worker::Reservation& r,
                                            const std::vector<int32_t>& prompt,
-                                           const SamplingParams& sampling) {
+                                           const engine::SamplingParams& sampling) {
     prefill_worker::PrefillJob job;
     job.request_id = r.request_id;
     job.prompt = prompt;
@@ -275,8 +275,8 @@ class Cluster {
   }
 
  private:
-  MetricsRegistry decode_registry_;
-  MetricsRegistry prefill_registry_;
+  base::MetricsRegistry decode_registry_;
+  base::MetricsRegistry prefill_registry_;
   decode_worker::DecodeMetrics decode_metrics_;
   prefill_worker::PrefillMetrics prefill_metrics_;
   kvtransfer::LoopbackTransport decode_transport_;
@@ -289,18 +289,18 @@ class Cluster {
 struct Want {
   std::vector<int32_t> prompt;
   int32_t max_tokens;
-  SamplingParams sampling;
+  engine::SamplingParams sampling;
   std::vector<int32_t> tokens;
   std::string text;
 };
 
-Want Reference(std::vector<int32_t> prompt, int32_t max_tokens, SamplingParams sampling) {
-  static Engine* engine = MakeEngine(1024).release();
-  static SequenceId seq = 1;
-  GenerateOptions opts;
+Want Reference(std::vector<int32_t> prompt, int32_t max_tokens, engine::SamplingParams sampling) {
+  static engine::Engine* engine = MakeEngine(1024).release();
+  static engine::SequenceId seq = 1;
+  engine::GenerateOptions opts;
   opts.max_tokens = max_tokens;
   opts.sampling = sampling;
-  auto r = Generate(*engine, seq++, prompt, opts);
+  auto r = engine::Generate(*engine, seq++, prompt, opts);
   CHECK(r.ok()) << r.status();
   return Want{std::move(prompt), max_tokens, std::move(sampling), r->tokens, r->text};
 }
@@ -312,7 +312,7 @@ std::vector<int32_t> Tokens(const std::string& text) {
 }
 
 uint64_t FormulaBytes(size_t prompt_tokens) {
-  const ModelConfig& mc = TheModel().config();
+  const engine::ModelConfig& mc = TheModel().config();
   kvtransfer::KvLayout l;
   l.num_layers = mc.num_layers;
   l.num_kv_heads = mc.num_kv_heads;
@@ -350,7 +350,7 @@ TEST(WorkerLoopbackTest, ChunkedPushesMatchReferenceAndFormula) {
       "Once upon a time, there was a little boy named Ben. Ben liked to play with his ball in "
       "the garden. One day, he saw a big tree and";
   for (int i = 0; i < 8; ++i) {
-    SamplingParams sp;
+    engine::SamplingParams sp;
     if (i % 2) {
       sp.temperature = 0.8f;
       sp.seed = 77 + i;
@@ -385,7 +385,7 @@ TEST(WorkerLoopbackTest, ImportedSequencesPreemptedAndRecomputedMatchReference) 
   Cluster c(o);
   std::vector<Want> wants;
   for (int i = 0; i < 4; ++i) {
-    SamplingParams sp;
+    engine::SamplingParams sp;
     sp.ignore_eos = true;
     if (i % 2) {
       sp.temperature = 0.8f;
@@ -490,7 +490,7 @@ TEST(WorkerLoopbackTest, CancelledPrefillFreesBlocksAfterItsWrites) {
   decode_worker::Reservation res;
   ASSERT_TRUE(sink.WaitReservation(&res));
   Call call;
-  const SequenceId key = c.prefill().NewRequestKey();
+  const engine::SequenceId key = c.prefill().NewRequestKey();
   c.prefill().Submit(key, Cluster::JobFor(res, w.prompt, w.sampling), &call);
   absl::SleepFor(absl::Milliseconds(50));
   c.prefill().CancelKey(key);
@@ -636,7 +636,7 @@ TEST(WorkerLoopbackTest, ReserveQueuesUntilThePoolHasItsBlocks) {
   Cluster c(o);
   std::vector<int32_t> prompt = {1};
   for (int i = 0; i < 39; ++i) prompt.push_back(3 + (i * 37) % 500);  // 40 tokens: 3 blocks
-  SamplingParams greedy;
+  engine::SamplingParams greedy;
   greedy.ignore_eos = true;
   const Want w = Reference(prompt, 12, greedy);
 

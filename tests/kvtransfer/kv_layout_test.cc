@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/ggml_type.h"
+#include "common/engine/format/ggml_type.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -20,14 +20,14 @@ KvLayout TinyLlama() {
                   .num_kv_heads = 4,
                   .head_dim = 64,
                   .block_size = 16,
-                  .dtype = GgmlType::kF16,
+                  .dtype = engine::GgmlType::kF16,
                   .model_id = 0xabc};
 }
 
 TEST(KvLayoutTest, BlockBytes) {
   EXPECT_EQ(TinyLlama().block_bytes(), 16 * 4 * 64 * 2);  // 8 KiB
   KvLayout f32 = TinyLlama();
-  f32.dtype = GgmlType::kF32;
+  f32.dtype = engine::GgmlType::kF32;
   EXPECT_EQ(f32.block_bytes(), 16 * 4 * 64 * 4);
 }
 
@@ -52,7 +52,7 @@ TEST(KvLayoutTest, Validate) {
   l.block_size = 0;
   EXPECT_THAT(l.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("block_size")));
   l = TinyLlama();
-  l.dtype = GgmlType::kQ8_0;
+  l.dtype = engine::GgmlType::kQ8_0;
   EXPECT_THAT(l.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Q8_0")));
   EXPECT_EQ(l.block_bytes(), 0);
 }

@@ -18,18 +18,18 @@ namespace {
 using ::testing::ElementsAreArray;
 
 struct Chunk {
-  SequenceId id;
+  engine::SequenceId id;
   int32_t n;
   bool operator==(const Chunk&) const = default;
 };
 
 void PrintTo(const Chunk& c, std::ostream* os) { *os << "{" << c.id << ", " << c.n << "}"; }
 
-PrefillSeqView Running(SequenceId id, int64_t order, int32_t computed, int32_t prompt,
+PrefillSeqView Running(engine::SequenceId id, int64_t order, int32_t computed, int32_t prompt,
                        int32_t blocks) {
   return PrefillSeqView{id, order, computed, prompt, blocks, true};
 }
-PrefillSeqView Waiting(SequenceId id, int64_t order, int32_t prompt) {
+PrefillSeqView Waiting(engine::SequenceId id, int64_t order, int32_t prompt) {
   return PrefillSeqView{id, order, 0, prompt, 0, false};
 }
 
@@ -39,7 +39,7 @@ struct Case {
   std::vector<PrefillSeqView> seqs;
   int32_t free_blocks;
   std::vector<Chunk> chunks = {};
-  std::vector<SequenceId> admit = {};
+  std::vector<engine::SequenceId> admit = {};
 };
 
 // ctest lists the test with its parameter: print the case's name, not its bytes.

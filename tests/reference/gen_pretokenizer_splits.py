@@ -2,8 +2,8 @@
 """Expected BPE pre-tokenizer splits, computed with the PyPI `regex` module.
 
 Writes tests/data/tokenizer/pretokenizer_splits.json, which
-tests/common/tokenizer_test.cc compares with the C++ matchers in
-common/internal/unicode.cc (they implement these regexes by hand).
+tests/common/engine/tokenizer/tokenizer_test.cc compares with the C++ matchers in
+common/engine/tokenizer/internal/unicode.cc (they implement these regexes by hand).
 
 Usage (from the repository root; needs `pip install regex`):
   python3 tests/reference/gen_pretokenizer_splits.py \

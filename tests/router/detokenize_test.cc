@@ -5,8 +5,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "absl/strings/str_format.h"
-#include "common/sampling.h"
-#include "common/tokenizer.h"
+#include "common/engine/sampling.h"
+#include "common/engine/tokenizer/tokenizer.h"
 #include "router/request.h"
 #include "tests/router/router_test_util.h"
 
@@ -16,7 +16,7 @@ namespace {
 class DetokenizeTest : public ::testing::Test {
  protected:
   DetokenizeTest() : catalog_(testing::StoriesCatalog()) {}
-  const Tokenizer& tok() { return catalog_.models()[0]->tokenizer(); }
+  const engine::Tokenizer& tok() { return catalog_.models()[0]->tokenizer(); }
   // stories260K is SentencePiece with byte fallback: <0xNN> tokens.
   int32_t Byte(unsigned char b) {
     const int32_t id = 3 + b;
@@ -27,7 +27,7 @@ class DetokenizeTest : public ::testing::Test {
 };
 
 TEST_F(DetokenizeTest, MultiByteCharacterAcrossTokens) {
-  Detokenizer d(tok());
+  engine::Detokenizer d(tok());
   // "€" is E2 82 AC: nothing comes out until the code point is complete.
   EXPECT_EQ(d.Push(Byte(0xE2)), "");
   EXPECT_EQ(d.Push(Byte(0x82)), "");
@@ -46,11 +46,11 @@ TEST_F(DetokenizeTest, MultiByteCharacterAcrossTokens) {
 
 TEST_F(DetokenizeTest, EveryPrefixOfATokenizedTextIsValidUtf8) {
   const std::string text = "Once upon a time, a caf\xC3\xA9 sold \xE2\x82\xAC" "5 cakes.";
-  absl::StatusOr<std::vector<TokenId>> ids = tok().Encode(text, false, false);
+  absl::StatusOr<std::vector<engine::TokenId>> ids = tok().Encode(text, false, false);
   ASSERT_TRUE(ids.ok()) << ids.status();
-  Detokenizer d(tok());
+  engine::Detokenizer d(tok());
   std::string out;
-  for (TokenId id : *ids) {
+  for (engine::TokenId id : *ids) {
     std::string piece = d.Push(id);
     EXPECT_TRUE(IsValidUtf8(piece)) << "token " << id;
     out += piece;
@@ -60,15 +60,15 @@ TEST_F(DetokenizeTest, EveryPrefixOfATokenizedTextIsValidUtf8) {
 }
 
 TEST_F(DetokenizeTest, TruncatedCodePointFlushesAsReplacement) {
-  Detokenizer d(tok());
+  engine::Detokenizer d(tok());
   EXPECT_EQ(d.Push(Byte(0xE2)), "");
   EXPECT_EQ(d.Push(Byte(0x82)), "");
   EXPECT_TRUE(IsValidUtf8(d.Flush()));
 }
 
 TEST_F(DetokenizeTest, StopStringAcrossTokensAndCodePoints) {
-  Detokenizer d(tok());
-  StopStringMatcher m({"\xE2\x82\xAC" "5"});
+  engine::Detokenizer d(tok());
+  engine::StopStringMatcher m({"\xE2\x82\xAC" "5"});
   bool stopped = false;
   std::string out;
   out += m.Append(d.Push(Byte('a')), &stopped);

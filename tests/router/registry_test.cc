@@ -4,7 +4,7 @@
 
 #include "router/registry.h"
 
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -34,7 +34,7 @@ class RegistryTest : public ::testing::Test {
     return w != nullptr && snap->IsLive(*w, clock_.Now());
   }
 
-  SimulatedClock clock_;
+  base::SimulatedClock clock_;
   WorkerRegistry reg_;
 };
 

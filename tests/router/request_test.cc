@@ -6,7 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/grpc_status.h"
+#include "proto/grpc_status.h"
 #include "nlohmann/json.hpp"
 #include "router/api_error.h"
 #include "router/openai.h"
@@ -52,8 +52,8 @@ class RequestTest : public ::testing::Test {
     EXPECT_TRUE(e["code"].is_string()) << body;
     // The gRPC front sends the same status: INVALID_ARGUMENT for bad input.
     if (http == 400) {
-      EXPECT_EQ(ToGrpcStatus(s).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-      EXPECT_EQ(ToGrpcStatus(s).error_message(), std::string(s.message()));
+      EXPECT_EQ(proto::ToGrpcStatus(s).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+      EXPECT_EQ(proto::ToGrpcStatus(s).error_message(), std::string(s.message()));
     }
   }
 

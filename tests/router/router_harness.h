@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/metrics.h"
+#include "common/base/metrics.h"
 #include "gtest/gtest.h"
 #include "router/grpc_service.h"
 #include "router/http_server.h"
@@ -75,7 +75,7 @@ class RouterHarness {
       auto snap = watcher_->snapshot();
       live = 0;
       for (const WorkerInfo& w : snap->workers) {
-        live += snap->IsLive(w, RealClock::Get().Now()) ? 1 : 0;
+        live += snap->IsLive(w, base::RealClock::Get().Now()) ? 1 : 0;
       }
       if (live == n) {
         return ::testing::AssertionSuccess();
@@ -90,11 +90,11 @@ class RouterHarness {
   int http_port() const { return http_->port(); }
   int grpc_port() const { return grpc_port_; }
   Router& router() { return *router_; }
-  MetricsRegistry& metrics() { return metrics_; }
+  base::MetricsRegistry& metrics() { return metrics_; }
 
  private:
   RouterConfig config_;
-  MetricsRegistry metrics_;
+  base::MetricsRegistry metrics_;
   std::atomic<Router*> router_ptr_{nullptr};
   std::unique_ptr<WorkerWatcher> watcher_;
   std::unique_ptr<Router> router_;

@@ -91,9 +91,9 @@ class RouterServiceTest : public ::testing::Test {
  protected:
   RouterServiceTest() : catalog_(testing::StoriesCatalog()) {}
 
-  const Tokenizer& tok() { return catalog_.models()[0]->tokenizer(); }
+  const engine::Tokenizer& tok() { return catalog_.models()[0]->tokenizer(); }
   std::vector<int32_t> Ids(const std::string& text) {
-    absl::StatusOr<std::vector<TokenId>> ids = tok().Encode(text, false, false);
+    absl::StatusOr<std::vector<engine::TokenId>> ids = tok().Encode(text, false, false);
     EXPECT_TRUE(ids.ok());
     return *ids;
   }

@@ -28,7 +28,7 @@ using testing::FakeWorker;
 
 class WatcherTest : public ::testing::Test {
  protected:
-  std::unique_ptr<WorkerWatcher> Watch(DiscoveryConfig d, Clock* clock = &RealClock::Get(),
+  std::unique_ptr<WorkerWatcher> Watch(DiscoveryConfig d, base::Clock* clock = &base::RealClock::Get(),
                                        Resolver resolver = ResolveWithGetaddrinfo) {
     d.backoff_initial = absl::Milliseconds(20);
     d.backoff_max = absl::Milliseconds(100);
@@ -56,7 +56,7 @@ class WatcherTest : public ::testing::Test {
     return departed_;
   }
 
-  Clock* clock_ = nullptr;
+  base::Clock* clock_ = nullptr;
   absl::Mutex mu_;
   std::vector<std::string> departed_ ABSL_GUARDED_BY(mu_);
   absl::Status why_ ABSL_GUARDED_BY(mu_);
@@ -97,7 +97,7 @@ TEST_F(WatcherTest, ReconnectsAfterRestart) {
 }
 
 TEST_F(WatcherTest, HeartbeatTimeoutOnInjectedClock) {
-  SimulatedClock clock(absl::Now());
+  base::SimulatedClock clock(absl::Now());
   FakeWorker::Options o;
   o.heartbeat_interval = absl::Seconds(1000);  // real heartbeats never come in this test
   auto f = FakeWorker::Start(o);
@@ -127,7 +127,7 @@ TEST_F(WatcherTest, DnsNamesAreReResolved) {
   DiscoveryConfig d;
   d.dns_workers = {"decode.tandem.svc:7001"};
   d.dns_refresh = absl::Milliseconds(50);
-  auto w = Watch(d, &RealClock::Get(), resolver);
+  auto w = Watch(d, &base::RealClock::Get(), resolver);
   ASSERT_TRUE(Eventually([&] { return Live(*w, a->address()); }, "a to be live"));
   {
     absl::MutexLock lock(&mu);

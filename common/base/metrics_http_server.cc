@@ -1,0 +1,49 @@
+#include "common/base/metrics_http_server.h"
+
+#include <httplib.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+
+namespace tandem::base {
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    const MetricsRegistry& registry, const std::string& host, int port) {
+  std::unique_ptr<MetricsHttpServer> s(new MetricsHttpServer());
+  s->server_ = std::make_unique<httplib::Server>();
+  // Scrapes are rare and cheap: two threads, not httplib's default of one per core.
+  s->server_->new_task_queue = [] { return new httplib::ThreadPool(2); };
+  s->server_->Get("/metrics", [&registry](const httplib::Request&, httplib::Response& res) {
+    res.set_content(registry.RenderText(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  s->server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  int bound = -1;
+  if (port == 0) {
+    bound = s->server_->bind_to_any_port(host);
+  } else if (s->server_->bind_to_port(host, port)) {
+    bound = port;
+  }
+  if (bound <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics server: cannot bind ", host, ":", port));
+  }
+  s->port_ = bound;
+  httplib::Server* server = s->server_.get();
+  s->thread_ = std::thread([server] { server->listen_after_bind(); });
+  return s;
+}
+
+MetricsHttpServer::~MetricsHttpServer() { Stop(); }
+
+void MetricsHttpServer::Stop() {
+  if (server_ != nullptr) {
+    server_->stop();
+  }
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+}  // namespace tandem::base

@@ -1,0 +1,196 @@
+#pragma once
+// GGUF v2/v3 reader (mmap, every offset and size bounds-checked) and writer.
+//
+// GgufFile is immutable after Open and safe to read from any thread. Tensor
+// data pointers stay valid for the GgufFile's lifetime.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/engine/format/ggml_type.h"
+
+namespace tandem::engine {
+
+enum class GgufValueType : uint32_t {
+  kUint8 = 0, kInt8 = 1, kUint16 = 2, kInt16 = 3, kUint32 = 4, kInt32 = 5, kFloat32 = 6,
+  kBool = 7, kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12,
+};
+
+// "uint8", "float32", "string", "array", ...
+const char* GgufValueTypeName(GgufValueType type);
+
+// One metadata value. Arrays hold elements of a single type; nested arrays are
+// allowed by the spec and kept.
+struct GgufValue {
+  GgufValueType type = GgufValueType::kUint8;
+  // Scalars: integers in `i` (or `u` for uint64; the reader also mirrors a
+  // uint64 that fits into `i`), floats in `f`, bool in `i` (0 / 1).
+  int64_t i = 0;
+  uint64_t u = 0;
+  double f = 0;
+  std::string str;
+  GgufValueType array_type = GgufValueType::kUint8;
+  std::vector<GgufValue> array;
+};
+
+struct GgufTensorInfo {
+  std::string name;
+  GgmlType type;
+  std::vector<int64_t> dims;   // ggml order: dims[0] is the contiguous (row) length
+  uint64_t offset = 0;         // relative to the start of the data section
+  int64_t num_elements = 0;
+  int64_t num_bytes = 0;
+  const uint8_t* data = nullptr;  // into the mapping
+};
+
+class GgufFile {
+ public:
+  // Maps and parses `path`. Errors (InvalidArgument / NotFound / DataLoss) name
+  // the field and byte offset that failed ("tensor 3 ('blk.0.attn_q.weight'):
+  // data range [1024, 2048) ... past end of file (1500 bytes)"). DataLoss: the
+  // file ends before a field, a count or length cannot fit in the bytes left,
+  // or tensor data lies past the end; InvalidArgument: a value is malformed
+  // (magic, version, type id, n_dims, dims, alignment, duplicates).
+  // A file changed or truncated by someone else while mapped is not detected.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
+  // Parses an in-memory image (copied). For tests and fuzzing.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> FromBuffer(absl::Span<const uint8_t> bytes);
+
+  ~GgufFile();
+  GgufFile(const GgufFile&) = delete;
+  GgufFile& operator=(const GgufFile&) = delete;
+
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }
+  const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
+  // Metadata keys in file order (metadata() is sorted); the quantizer copies in this order.
+  const std::vector<std::string>& metadata_keys() const { return metadata_keys_; }
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+
+  const GgufValue* Find(absl::string_view key) const;
+  const GgufTensorInfo* FindTensor(absl::string_view name) const;
+
+  // Typed getters: NotFound if absent, InvalidArgument naming key and actual
+  // type if of the wrong kind. Integer getters accept any integer type whose
+  // value fits.
+  absl::StatusOr<std::string> GetString(absl::string_view key) const;
+  absl::StatusOr<int64_t> GetInt(absl::string_view key) const;
+  absl::StatusOr<double> GetFloat(absl::string_view key) const;  // any float or int type
+  absl::StatusOr<bool> GetBool(absl::string_view key) const;
+  absl::StatusOr<std::vector<std::string>> GetStringArray(absl::string_view key) const;
+  absl::StatusOr<std::vector<double>> GetFloatArray(absl::string_view key) const;
+  absl::StatusOr<std::vector<int64_t>> GetIntArray(absl::string_view key) const;
+
+ private:
+  GgufFile() = default;
+  absl::Status Parse();
+
+  const uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
+  void* mapping_ = nullptr;          // munmap on destruction when set
+  std::vector<uint8_t> owned_;       // FromBuffer copy
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  std::map<std::string, GgufValue> metadata_;
+  std::vector<std::string> metadata_keys_;
+  std::vector<GgufTensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> tensor_index_;
+};
+
+// Builds a GGUF v3 file: metadata in insertion order, tensors laid out aligned.
+class GgufWriter {
+ public:
+  void SetString(const std::string& key, const std::string& value);
+  void SetUint32(const std::string& key, uint32_t value);
+  void SetInt32(const std::string& key, int32_t value);
+  void SetUint64(const std::string& key, uint64_t value);
+  void SetFloat32(const std::string& key, float value);
+  void SetBool(const std::string& key, bool value);
+  void SetStringArray(const std::string& key, const std::vector<std::string>& values);
+  void SetFloat32Array(const std::string& key, const std::vector<float>& values);
+  void SetInt32Array(const std::string& key, const std::vector<int32_t>& values);
+  // Copies any value read from a GgufFile (used by the quantizer to keep all metadata).
+  void SetValue(const std::string& key, const GgufValue& value);
+  void SetAlignment(uint32_t alignment);  // also writes general.alignment
+
+  // `data` holds the tensor in `type` (GgmlRowBytes(type, dims[0]) * rows bytes).
+  absl::Status AddTensor(const std::string& name, GgmlType type, std::vector<int64_t> dims,
+                         std::vector<uint8_t> data);
+  // Converts float data to `type` with QuantizeRow.
+  absl::Status AddTensorFromF32(const std::string& name, GgmlType type, std::vector<int64_t> dims,
+                                absl::Span<const float> data);
+
+  // Errors: InvalidArgument for a bad general.alignment or a malformed value
+  // (array element of the wrong type, integer out of range for its type).
+  absl::StatusOr<std::vector<uint8_t>> Serialize() const;
+  // Streams the file to `path` via a temporary file renamed into place.
+  absl::Status WriteFile(const std::string& path) const;
+
+ private:
+  void Set(const std::string& key, GgufValue value);
+  absl::StatusOr<uint64_t> Alignment() const;
+  // Header, metadata, tensor infos and the padding up to the data section.
+  absl::StatusOr<std::vector<uint8_t>> SerializeHeader() const;
+
+  struct Tensor {
+    std::string name;
+    GgmlType type;
+    std::vector<int64_t> dims;
+    std::vector<uint8_t> data;
+  };
+  std::vector<std::pair<std::string, GgufValue>> metadata_;
+  std::vector<Tensor> tensors_;
+  uint32_t alignment_ = 32;
+};
+
+// One tensor of a QuantizeGgufFile run.
+struct GgufQuantizeTensorReport {
+  std::string name;
+  std::vector<int64_t> dims;
+  GgmlType from = GgmlType::kF32;
+  GgmlType to = GgmlType::kF32;
+  int64_t bytes_before = 0;
+  int64_t bytes_after = 0;
+};
+
+struct GgufQuantizeReport {
+  std::vector<GgufQuantizeTensorReport> tensors;
+  int64_t bytes_before = 0;  // tensor data only
+  int64_t bytes_after = 0;
+  int64_t file_bytes_before = 0;
+  int64_t file_bytes_after = 0;
+};
+
+// llama.cpp's general.file_type values (LLAMA_FTYPE_*) for the types we write.
+inline constexpr uint32_t kLlamaFtypeMostlyQ4_0 = 2;
+inline constexpr uint32_t kLlamaFtypeMostlyQ8_0 = 7;
+
+// Converts the F32/F16/BF16 GGUF `in` to `type` (Q8_0 or Q4_0) as llama.cpp's
+// quantize does, writing `out` (GGUF v3):
+//  - quantized: tensors named "*weight" with n_dims >= 2 whose row length is a
+//    multiple of 32, except "*_norm.weight", "ffn_gate_inp.weight" (MoE router),
+//    position / token-type embeddings and the other small tensors llama.cpp
+//    keeps; all other tensors (1-D norms, biases, rope_freqs) are copied as they are.
+//  - with type Q4_0, output.weight (or token_embd.weight when there is no
+//    output.weight, i.e. tied embeddings) becomes Q8_0: llama.cpp keeps the
+//    output tensor at Q6_K, which we don't have, and falls back to Q8_0 itself
+//    when the row length is not a multiple of 256.
+//  - all metadata is kept in order; general.file_type becomes 7 (Q8_0) or 2
+//    (Q4_0) and general.quantization_version 2.
+// Input tensors that would be quantized but already are (Q8_0 / Q4_0) give
+// FailedPrecondition (llama.cpp refuses to requantize by default). `report`,
+// when set, receives one line per tensor and the sizes.
+absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, GgmlType type,
+                              GgufQuantizeReport* report = nullptr);
+
+}  // namespace tandem::engine

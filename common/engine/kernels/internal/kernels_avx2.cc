@@ -1,0 +1,1091 @@
+// AVX2 + FMA + F16C kernels. Compiled with -mavx2 -mfma -mf16c -mbmi2 and
+// only called after DetectIsa() saw those features.
+//
+// Matrix multiply layout. The GEMMs put weight ROWS in SIMD lanes ("lanes =
+// rows"): a panel of 8 (quantized) or 16 (float) consecutive weight rows is
+// repacked per call, in a per-thread buffer, so that one vector holds the
+// same k of 8/16 rows. The micro-kernel broadcasts one activation element (or
+// 4 int8 activations) and multiplies it with the vector, so every weight
+// vector loaded serves MR activation rows, every broadcast serves 8/16 weight
+// rows, and results come out as contiguous y[i][r..r+7] with the per-row
+// scales applied as one vector. No horizontal sums; the GGUF layout (possibly
+// an mmap) is read once per call. Each task owns a range of panels, so every
+// thread streams its share of the weights once per call, at any batch.
+// Batch 1-2 Q4_0 transposes blocks in registers without a panel buffer
+// (FusedQ4Rows8); batch <= 3 float types transpose 8x8 tiles in registers
+// and read F16/BF16 in place (GemvRows8).
+//
+// Every path is batch-invariant: a row's output bits do not depend on m or
+// on the row's place in the batch. Quantized paths sum exact integer block
+// dot products and add the scaled block terms in k order whatever the tile;
+// float paths all add one fma per k in k order, per 256-column chunk.
+//
+// Quantized dot products (activations quantized per 32-block to int8, see
+// kernels_internal.h) are exact integer sums per block, so ISA paths differ
+// from the scalar reference only in fp32 rounding of the scale accumulation:
+//   Q4_0: vpmaddubsw with int16 accumulation over a whole block and one
+//         vpmaddwd per block (see KernelQ4 for the two operand layouts and
+//         their saturation bounds).
+//   Q8_0: ggml's sign trick: vpmaddubsw(|w|, sign(x, w)), pairs at most
+//         2*128*127 = 32512, then vpmaddwd per product (no int16 headroom).
+//         On Zen 3 vpsignb, vpmaddubsw and vpmaddwd share the two multiply
+//         pipes, which bounds Q8_0 to 32 MACs per 1.5 cycles.
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/engine/kernels/internal/kernels_internal.h"
+#include "common/base/logging.h"
+
+namespace tandem::engine::internal {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Small helpers
+// ---------------------------------------------------------------------------
+
+inline float HsumPs(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float HmaxPs(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline int32_t HsumEpi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+// Sums of 4 vectors each, as lanes 0..3.
+inline __m128 Hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 ab = _mm256_hadd_ps(a, b);
+  const __m256 cd = _mm256_hadd_ps(c, d);
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+inline __m256i Bcast32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// exp(x) for x <= 0 mostly (softmax, silu); Cephes-style polynomial, relative
+// error ~2 ulp over the clamped range; underflows to 0 below about -87.
+inline __m256 Exp256(__m256 x) {
+  x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
+  x = _mm256_max_ps(x, _mm256_set1_ps(-88.3762626647949f));
+  __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
+  fx = _mm256_floor_ps(fx);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  const __m256 z = _mm256_mul_ps(x, x);
+  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+  y = _mm256_fmadd_ps(y, z, x);
+  y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
+  __m256i e = _mm256_cvttps_epi32(fx);
+  e = _mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+// Stores the first n (<= 8) lanes of v.
+inline void StorePartial(float* dst, __m256 v, int n) {
+  if (n == 8) {
+    _mm256_storeu_ps(dst, v);
+    return;
+  }
+  alignas(32) float tmp[8];
+  _mm256_store_ps(tmp, v);
+  for (int j = 0; j < n; ++j) {
+    dst[j] = tmp[j];
+  }
+}
+
+// Eight converted elements of a float-type row starting at column c.
+template <GgmlType T>
+inline __m256 Load8(const uint8_t* row, int64_t c) {
+  if constexpr (T == GgmlType::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c);
+  } else if constexpr (T == GgmlType::kF16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
+  } else {
+    const __m256i u =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+  }
+}
+
+template <GgmlType T>
+inline float Load1(const uint8_t* row, int64_t c) {
+  if constexpr (T == GgmlType::kF32) {
+    return reinterpret_cast<const float*>(row)[c];
+  } else if constexpr (T == GgmlType::kF16) {
+    return _cvtsh_ss(LoadU16(row + 2 * c));
+  } else {
+    return BfloatToFloat(LoadU16(row + 2 * c));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Activation quantization
+// ---------------------------------------------------------------------------
+
+}  // namespace
+
+void QuantizeActsAvx2(const float* x, int64_t m, int64_t cols, bool offset128,
+                      const QuantizedActs& out) {
+  const int64_t nb = cols / kQBlock;
+  const __m256i flip = _mm256_set1_epi8(offset128 ? static_cast<char>(0x80) : 0);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = x + i * cols + b * kQBlock;
+      const __m256 v0 = _mm256_loadu_ps(xb);
+      const __m256 v1 = _mm256_loadu_ps(xb + 8);
+      const __m256 v2 = _mm256_loadu_ps(xb + 16);
+      const __m256 v3 = _mm256_loadu_ps(xb + 24);
+      __m256 mx = _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1));
+      mx = _mm256_max_ps(mx, _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+      const float amax = HmaxPs(mx);
+      const float d = amax / 127.0f;
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+      const __m256 vid = _mm256_set1_ps(id);
+      // cvtps rounds half to even (MXCSR default), as nearbyint in the scalar path.
+      const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid));
+      const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
+      const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid));
+      const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
+      out.sum[i * nb + b] =
+          HsumEpi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+      out.d[i * nb + b] = d;
+      const __m256i p01 = _mm256_packs_epi32(i0, i1);
+      const __m256i p23 = _mm256_packs_epi32(i2, i3);
+      // x + 128 as u8 is x with its top bit flipped.
+      const __m256i q =
+          _mm256_xor_si256(_mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), perm), flip);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.qs + i * cols + b * kQBlock), q);
+    }
+  }
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Quantized GEMM (Q4_0, Q8_0)
+// ---------------------------------------------------------------------------
+
+constexpr int kQPanelRows = 8;
+// A packed block holds one 32-column block of 8 consecutive weight rows;
+// group g (k = 4g..4g+3) is one vector of 8 rows x 4 bytes. Q4_0 has two
+// layouts (see KernelQ4): the unsigned one packs faster (batch <= kQMrQ4,
+// where packing is a large share of the work), the signed one has a shorter
+// epilogue (large batches, where packing is amortized).
+//   Q4_0 unsigned: float d[8] | q as u8 (0..15), 8 groups                    (288 bytes)
+//   Q4_0 signed:   float d[8] | int32 128*sum(q-8) [8] | q-8 as s8, 8 groups (320 bytes)
+//   Q8_0:          float d[8] | w as s8, 8 groups | |w| as u8, 8 groups      (544 bytes)
+constexpr int64_t kQ4uPanelBlock = 32 + 256;
+constexpr int64_t kQ4sPanelBlock = 32 + 32 + 256;
+constexpr int64_t kQ8PanelBlock = 32 + 512;
+constexpr int kQMrQ4 = 6;  // activation rows per Q4_0 micro-kernel call
+constexpr int kQMrQ8 = 4;  // Q8_0 (the sign trick needs two weight registers)
+
+enum class Q4Layout { kUnsigned, kSigned };
+
+inline int64_t PanelBlockBytes(GgmlType t, Q4Layout layout) {
+  if (t == GgmlType::kQ8_0) {
+    return kQ8PanelBlock;
+  }
+  return layout == Q4Layout::kSigned ? kQ4sPanelBlock : kQ4uPanelBlock;
+}
+
+// Per-lane (dword) sums of the 4 signed bytes of v, as int32.
+inline __m256i DwordByteSums(__m256i v) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1));
+}
+
+// out[d] = dword d (bytes 4d..4d+3) of the 16 bytes at p[r], rows r = 0..7 as lanes.
+inline void Transpose4x8(const uint8_t* const p[8], __m256i out[4]) {
+  auto load2 = [](const uint8_t* lo, const uint8_t* hi) {
+    return _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)), 1);
+  };
+  const __m256i a = load2(p[0], p[4]);
+  const __m256i b = load2(p[1], p[5]);
+  const __m256i c = load2(p[2], p[6]);
+  const __m256i e = load2(p[3], p[7]);
+  const __m256i t0 = _mm256_unpacklo_epi32(a, b);
+  const __m256i t1 = _mm256_unpackhi_epi32(a, b);
+  const __m256i t2 = _mm256_unpacklo_epi32(c, e);
+  const __m256i t3 = _mm256_unpackhi_epi32(c, e);
+  out[0] = _mm256_unpacklo_epi64(t0, t2);
+  out[1] = _mm256_unpackhi_epi64(t0, t2);
+  out[2] = _mm256_unpacklo_epi64(t1, t3);
+  out[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+// Packs rows [r0, r0+8) (missing rows repeat the last one; their results are
+// never stored) of a Q4_0/Q8_0 matrix, all blocks.
+void PackQuantPanel(const WeightView& w, int64_t r0, Q4Layout layout, uint8_t* out) {
+  const int64_t nb = w.cols / kQBlock;
+  const uint8_t* rows[kQPanelRows];
+  for (int r = 0; r < kQPanelRows; ++r) {
+    rows[r] = w.data + std::min(r0 + r, w.rows - 1) * w.row_bytes;
+  }
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i eight = _mm256_set1_epi8(8);
+  const bool q4 = w.type == GgmlType::kQ4_0;
+  const int64_t block_bytes = q4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p[kQPanelRows];
+    const uint8_t* p2[kQPanelRows];
+    uint16_t h[kQPanelRows];
+    for (int r = 0; r < kQPanelRows; ++r) {
+      const uint8_t* blk = rows[r] + b * block_bytes;
+      h[r] = LoadU16(blk);
+      p[r] = blk + 2;
+      p2[r] = blk + 18;
+    }
+    const __m128i hv = _mm_setr_epi16(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+    _mm256_store_ps(reinterpret_cast<float*>(out), _mm256_cvtph_ps(hv));
+    if (q4) {
+      __m256i t[4];
+      Transpose4x8(p, t);
+      if (layout == Q4Layout::kUnsigned) {
+        auto* q = reinterpret_cast<__m256i*>(out + 32);
+        for (int d = 0; d < 4; ++d) {
+          _mm256_store_si256(q + d, _mm256_and_si256(t[d], m4));
+          _mm256_store_si256(q + 4 + d, _mm256_and_si256(_mm256_srli_epi16(t[d], 4), m4));
+        }
+        out += kQ4uPanelBlock;
+      } else {
+        auto* q = reinterpret_cast<__m256i*>(out + 64);
+        __m256i corr = _mm256_setzero_si256();
+        for (int d = 0; d < 4; ++d) {
+          const __m256i lo = _mm256_sub_epi8(_mm256_and_si256(t[d], m4), eight);
+          const __m256i hi =
+              _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(t[d], 4), m4), eight);
+          _mm256_store_si256(q + d, lo);
+          _mm256_store_si256(q + 4 + d, hi);
+          corr = _mm256_add_epi32(corr, _mm256_add_epi32(DwordByteSums(lo), DwordByteSums(hi)));
+        }
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32), _mm256_slli_epi32(corr, 7));
+        out += kQ4sPanelBlock;
+      }
+    } else {
+      __m256i t[8];
+      Transpose4x8(p, t);
+      Transpose4x8(p2, t + 4);
+      auto* q = reinterpret_cast<__m256i*>(out + 32);
+      for (int g = 0; g < 8; ++g) {
+        _mm256_store_si256(q + g, t[g]);
+        _mm256_store_si256(q + 8 + g, _mm256_abs_epi8(t[g]));
+      }
+      out += kQ8PanelBlock;
+    }
+  }
+}
+
+// The inner steps of the lanes = rows int8 dot products, as inline asm so that
+// GCC neither reassociates the accumulations into a tree (which spills) nor
+// hoists the broadcasts. x points at 4 activation bytes.
+typedef int32_t UnalignedInt32 __attribute__((aligned(1), may_alias));
+
+// Q4_0: s += maddubs(w as u8, broadcast(x) as s8) (kUnsigned) or
+// s += maddubs(broadcast(x) as u8, w as s8) (kSigned). w comes in a register:
+// on Zen 3 vpmaddubsw with a memory operand runs at 2/3 the rate.
+template <Q4Layout kLayout>
+inline void MaddubsAcc16(__m256i& s, __m256i w, const uint8_t* x) {
+  __m256i t;
+  if constexpr (kLayout == Q4Layout::kUnsigned) {
+    __asm__(
+        "vpbroadcastd %[x], %[t]\n\t"
+        "vpmaddubsw %[t], %[w], %[t]\n\t"
+        "vpaddw %[t], %[s], %[s]"
+        : [s] "+x"(s), [t] "=&x"(t)
+        : [w] "x"(w), [x] "m"(*reinterpret_cast<const UnalignedInt32*>(x)));
+  } else {
+    __asm__(
+        "vpbroadcastd %[x], %[t]\n\t"
+        "vpmaddubsw %[w], %[t], %[t]\n\t"
+        "vpaddw %[t], %[s], %[s]"
+        : [s] "+x"(s), [t] "=&x"(t)
+        : [w] "x"(w), [x] "m"(*reinterpret_cast<const UnalignedInt32*>(x)));
+  }
+}
+
+// Q8_0 (ggml's sign trick): s += madd(maddubs(|w|, sign(broadcast(x), w)), 1).
+inline void SignMaddAcc32(__m256i& s, __m256i wabs, __m256i wsgn, __m256i ones, const uint8_t* x) {
+  __m256i t;
+  __asm__(
+      "vpbroadcastd %[x], %[t]\n\t"
+      "vpsignb %[ws], %[t], %[t]\n\t"
+      "vpmaddubsw %[t], %[wa], %[t]\n\t"
+      "vpmaddwd %[ones], %[t], %[t]\n\t"
+      "vpaddd %[t], %[s], %[s]"
+      : [s] "+x"(s), [t] "=&x"(t)
+      : [wa] "x"(wabs), [ws] "x"(wsgn), [ones] "x"(ones),
+        [x] "m"(*reinterpret_cast<const UnalignedInt32*>(x)));
+}
+
+// Named accumulators (not arrays) so GCC keeps them in registers; the unused
+// ones vanish for small MR.
+#define TANDEM_FOR_MR(X)  \
+  X(0)                    \
+  if constexpr (MR > 1) { \
+    X(1)                  \
+  }                       \
+  if constexpr (MR > 2) { \
+    X(2)                  \
+  }                       \
+  if constexpr (MR > 3) { \
+    X(3)                  \
+  }                       \
+  if constexpr (MR > 4) { \
+    X(4)                  \
+  }                       \
+  if constexpr (MR > 5) { \
+    X(5)                  \
+  }
+
+// Q4_0 micro-kernel: y[i][0..nvalid) for i < MR (<= 6) from one packed 8-row
+// panel. In both layouts each vpmaddubsw pair stays far from int16
+// saturation, so the 8 products of a block add up in int16 and one vpmaddwd
+// per block widens them:
+//   kUnsigned: weights q as u8 (0..15), activations x as s8 (|x| <= 127):
+//     pairs <= 2*15*127 = 3810, 8 of them <= 30480; sum((q-8) x) =
+//     sum(q x) - 8 sum(x), with sum(x) per activation block from the quantizer.
+//   kSigned: activations x + 128 as u8 (1..255), weights q - 8 as s8 (-8..7):
+//     pairs <= 2*255*8 = 4080, 8 of them <= 32640; sum((x+128) w) -
+//     128 sum(w) = sum(x w), with 128 sum(w) per row and block from the packer.
+template <int MR, Q4Layout kLayout>
+void KernelQ4(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y, int64_t ldy,
+              int nvalid) {
+  static_assert(MR >= 1 && MR <= 6);
+  const int64_t nb = xa.nb;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0,
+         acc5 = acc0;
+  const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
+  const uint8_t* x1 = x0 + cols;
+  const uint8_t* x2 = x0 + 2 * cols;
+  const uint8_t* x3 = x0 + 3 * cols;
+  const uint8_t* x4 = x0 + 4 * cols;
+  const uint8_t* x5 = x0 + 5 * cols;
+  for (int64_t b = 0; b < nb; ++b) {
+    constexpr bool kSigned = kLayout == Q4Layout::kSigned;
+    const uint8_t* pb = panel + b * (kSigned ? kQ4sPanelBlock : kQ4uPanelBlock);
+    const auto* wq = reinterpret_cast<const __m256i*>(pb + (kSigned ? 64 : 32));
+    const int64_t xo = b * kQBlock;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0;
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const __m256i w = _mm256_load_si256(wq + g);
+#define Q4_STEP(I) MaddubsAcc16<kLayout>(s##I, w, x##I + xo + 4 * g);
+      TANDEM_FOR_MR(Q4_STEP)
+#undef Q4_STEP
+    }
+    const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(pb));
+    const __m256i wcorr = _mm256_load_si256(reinterpret_cast<const __m256i*>(pb + 32));
+#define Q4_EPI(I)                                                                            \
+  {                                                                                          \
+    const __m256i corr = kSigned ? wcorr : _mm256_set1_epi32(8 * xa.sum[I * nb + b]);        \
+    const __m256i t = _mm256_sub_epi32(_mm256_madd_epi16(s##I, ones), corr);                 \
+    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(xa.d[I * nb + b])); \
+    acc##I = _mm256_fmadd_ps(f, dw, acc##I);                                                 \
+  }
+    TANDEM_FOR_MR(Q4_EPI)
+#undef Q4_EPI
+  }
+#define Q_STORE(I) StorePartial(y + I * ldy, acc##I, nvalid);
+  TANDEM_FOR_MR(Q_STORE)
+}
+
+// Q8_0 micro-kernel, MR <= 4 (the sign trick needs two weight registers).
+template <int MR>
+void KernelQ8(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y, int64_t ldy,
+              int nvalid) {
+  static_assert(MR >= 1 && MR <= 4);
+  const int64_t nb = xa.nb;
+  const __m256i ones = _mm256_set1_epi16(1);
+  // acc4/5, x4/5 and s4/5 only satisfy name lookup in TANDEM_FOR_MR.
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4, acc5;
+  const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
+  const uint8_t* x1 = x0 + cols;
+  const uint8_t* x2 = x0 + 2 * cols;
+  const uint8_t* x3 = x0 + 3 * cols;
+  const uint8_t *x4 = nullptr, *x5 = nullptr;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pb = panel + b * kQ8PanelBlock;
+    const auto* ws = reinterpret_cast<const __m256i*>(pb + 32);
+    const auto* wa = reinterpret_cast<const __m256i*>(pb + 32 + 256);
+    const int64_t xo = b * kQBlock;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4, s5;
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const __m256i sgn = _mm256_load_si256(ws + g);
+      const __m256i ab = _mm256_load_si256(wa + g);
+#define Q8_STEP(I) SignMaddAcc32(s##I, ab, sgn, ones, x##I + xo + 4 * g);
+      TANDEM_FOR_MR(Q8_STEP)
+#undef Q8_STEP
+    }
+    const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(pb));
+#define Q8_EPI(I)                                                                               \
+  {                                                                                             \
+    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s##I), _mm256_set1_ps(xa.d[I * nb + b])); \
+    acc##I = _mm256_fmadd_ps(f, dw, acc##I);                                                    \
+  }
+    TANDEM_FOR_MR(Q8_EPI)
+#undef Q8_EPI
+  }
+  TANDEM_FOR_MR(Q_STORE)
+}
+#undef Q_STORE
+
+template <Q4Layout kLayout>
+void Q4Tile(int mr, const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
+            int64_t ldy, int nvalid) {
+  switch (mr) {
+    case 1:
+      return KernelQ4<1, kLayout>(panel, xa, cols, y, ldy, nvalid);
+    case 2:
+      return KernelQ4<2, kLayout>(panel, xa, cols, y, ldy, nvalid);
+    case 3:
+      return KernelQ4<3, kLayout>(panel, xa, cols, y, ldy, nvalid);
+    case 4:
+      return KernelQ4<4, kLayout>(panel, xa, cols, y, ldy, nvalid);
+    case 5:
+      return KernelQ4<5, kLayout>(panel, xa, cols, y, ldy, nvalid);
+    default:
+      return KernelQ4<6, kLayout>(panel, xa, cols, y, ldy, nvalid);
+  }
+}
+
+void QuantKernelTile(GgmlType type, Q4Layout layout, int mr, const uint8_t* panel,
+                     const QuantizedActs& xa, int64_t cols, float* y, int64_t ldy, int nvalid) {
+  if (type == GgmlType::kQ4_0) {
+    if (layout == Q4Layout::kSigned) {
+      Q4Tile<Q4Layout::kSigned>(mr, panel, xa, cols, y, ldy, nvalid);
+    } else {
+      Q4Tile<Q4Layout::kUnsigned>(mr, panel, xa, cols, y, ldy, nvalid);
+    }
+    return;
+  }
+  switch (mr) {
+    case 1:
+      return KernelQ8<1>(panel, xa, cols, y, ldy, nvalid);
+    case 2:
+      return KernelQ8<2>(panel, xa, cols, y, ldy, nvalid);
+    case 3:
+      return KernelQ8<3>(panel, xa, cols, y, ldy, nvalid);
+    default:
+      return KernelQ8<4>(panel, xa, cols, y, ldy, nvalid);
+  }
+}
+
+// Budget for the panels a thread packs before sweeping all activation tiles
+// over them (L2-resident on current x86 cores).
+constexpr int64_t kPanelBudgetBytes = 192 * 1024;
+
+// Batch 1-2 Q4_0: transposes each block of 8 rows into registers and uses
+// it at once, with no panel buffer (at this batch the stores and reloads of a
+// packed panel cost more than the dot products). Same arithmetic as
+// KernelQ4<MR, kUnsigned>.
+template <int MR>
+void FusedQ4Rows8(const WeightView& w, int64_t r0, const QuantizedActs& xa, float* y, int64_t ldy) {
+  static_assert(MR >= 1 && MR <= 2);
+  const int64_t nb = xa.nb;
+  const uint8_t* rows[kQPanelRows];
+  for (int r = 0; r < kQPanelRows; ++r) {
+    rows[r] = w.data + std::min(r0 + r, w.rows - 1) * w.row_bytes;
+  }
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2, acc3, acc4, acc5;
+  const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
+  const uint8_t* x1 = x0 + w.cols;
+  const uint8_t *x2 = nullptr, *x3 = nullptr, *x4 = nullptr, *x5 = nullptr;
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t off = b * static_cast<int64_t>(sizeof(BlockQ4_0));
+    const uint8_t* p[kQPanelRows];
+    for (int r = 0; r < kQPanelRows; ++r) {
+      p[r] = rows[r] + off + 2;
+    }
+    // The 8 fp16 scales, gathered in general-purpose registers (integer
+    // ports) and moved over in two 64-bit halves.
+    auto h = [&](int r) { return static_cast<uint64_t>(LoadU16(rows[r] + off)); };
+    const uint64_t lo = h(0) | h(1) << 16 | h(2) << 32 | h(3) << 48;
+    const uint64_t hi = h(4) | h(5) << 16 | h(6) << 32 | h(7) << 48;
+    const __m256 dw =
+        _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
+    __m256i t[4];
+    Transpose4x8(p, t);
+    const int64_t xo = b * kQBlock;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2, s3, s4, s5;
+    for (int d = 0; d < 4; ++d) {
+      const __m256i wl = _mm256_and_si256(t[d], m4);
+      const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(t[d], 4), m4);
+#define FUSED_STEP(I)                                             \
+  MaddubsAcc16<Q4Layout::kUnsigned>(s##I, wl, x##I + xo + 4 * d); \
+  MaddubsAcc16<Q4Layout::kUnsigned>(s##I, wh, x##I + xo + 16 + 4 * d);
+      TANDEM_FOR_MR(FUSED_STEP)
+#undef FUSED_STEP
+    }
+#define FUSED_EPI(I)                                                                          \
+  {                                                                                           \
+    const __m256i tt = _mm256_sub_epi32(_mm256_madd_epi16(s##I, ones),                        \
+                                        _mm256_set1_epi32(8 * xa.sum[I * nb + b]));           \
+    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(tt), _mm256_set1_ps(xa.d[I * nb + b])); \
+    acc##I = _mm256_fmadd_ps(f, dw, acc##I);                                                  \
+  }
+    TANDEM_FOR_MR(FUSED_EPI)
+#undef FUSED_EPI
+  }
+  const int nvalid = static_cast<int>(std::min<int64_t>(kQPanelRows, w.rows - r0));
+#define FUSED_STORE(I) StorePartial(y + I * ldy + r0, acc##I, nvalid);
+  TANDEM_FOR_MR(FUSED_STORE)
+#undef FUSED_STORE
+}
+
+void MatMulQ4SmallBatch(const WeightView& w, const QuantizedActs& xa, int64_t m, float* y,
+                        base::ThreadPool& pool) {
+  const int64_t n_panels = (w.rows + kQPanelRows - 1) / kQPanelRows;
+  pool.ParallelFor(n_panels, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      if (m == 1) {
+        FusedQ4Rows8<1>(w, p * kQPanelRows, xa, y, w.rows);
+      } else {
+        FusedQ4Rows8<2>(w, p * kQPanelRows, xa, y, w.rows);
+      }
+    }
+  });
+}
+
+// Q4_0 layout for a batch of m (see KernelQ4).
+inline Q4Layout Q4LayoutFor(int64_t m) {
+  return m <= kQMrQ4 ? Q4Layout::kUnsigned : Q4Layout::kSigned;
+}
+
+void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, float* y,
+                     base::ThreadPool& pool) {
+  if (w.type == GgmlType::kQ4_0 && m <= 2) {
+    MatMulQ4SmallBatch(w, xa, m, y, pool);
+    return;
+  }
+  const Q4Layout layout = Q4LayoutFor(m);
+  QuantGemmPanels(
+      w, xa, m, y, pool, kQPanelRows, xa.nb * PanelBlockBytes(w.type, layout),
+      w.type == GgmlType::kQ4_0 ? kQMrQ4 : kQMrQ8, kPanelBudgetBytes,
+      [&](int64_t r0, uint8_t* out) { PackQuantPanel(w, r0, layout, out); },
+      [&](int mr, const uint8_t* panel, const QuantizedActs& xi, float* yt, int nvalid) {
+        QuantKernelTile(w.type, layout, mr, panel, xi, w.cols, yt, w.rows, nvalid);
+      });
+}
+
+// ---------------------------------------------------------------------------
+// Float GEMM for larger m: 16-row fp32 panels, 6x16 micro-kernel
+// ---------------------------------------------------------------------------
+
+constexpr int kFPanelRows = kFloatPanelRows;
+constexpr int kFMr = 6;
+constexpr int64_t kFKc = kFloatKc;  // columns per packed panel: 16 KB per panel
+
+inline void Transpose8x8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]);
+  const __m256 t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]);
+  const __m256 t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]);
+  const __m256 t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]);
+  const __m256 t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// Stores (or adds to) the first n (<= 16) of a:b at dst.
+inline void StoreF16Rows(float* dst, __m256 a, __m256 b, int n, bool accumulate) {
+  if (n == 16) {
+    if (accumulate) {
+      a = _mm256_add_ps(a, _mm256_loadu_ps(dst));
+      b = _mm256_add_ps(b, _mm256_loadu_ps(dst + 8));
+    }
+    _mm256_storeu_ps(dst, a);
+    _mm256_storeu_ps(dst + 8, b);
+    return;
+  }
+  alignas(32) float tmp[16];
+  _mm256_store_ps(tmp, a);
+  _mm256_store_ps(tmp + 8, b);
+  for (int r = 0; r < n; ++r) {
+    dst[r] = accumulate ? dst[r] + tmp[r] : tmp[r];
+  }
+}
+
+template <GgmlType T>
+void PackFloatPanel16(const WeightView& w, int64_t r0, int64_t k0, int64_t kc, float* out) {
+  const uint8_t* rows[kFPanelRows];
+  for (int r = 0; r < kFPanelRows; ++r) {
+    rows[r] = w.data + std::min(r0 + r, w.rows - 1) * w.row_bytes;
+  }
+  const int64_t kc8 = kc & ~int64_t{7};
+  for (int64_t k = 0; k < kc8; k += 8) {
+    for (int half = 0; half < 2; ++half) {
+      __m256 v[8];
+      for (int r = 0; r < 8; ++r) {
+        v[r] = Load8<T>(rows[half * 8 + r], k0 + k);
+      }
+      Transpose8x8(v);
+      for (int j = 0; j < 8; ++j) {
+        _mm256_storeu_ps(out + (k + j) * kFPanelRows + half * 8, v[j]);
+      }
+    }
+  }
+  for (int64_t k = kc8; k < kc; ++k) {
+    for (int r = 0; r < kFPanelRows; ++r) {
+      out[k * kFPanelRows + r] = Load1<T>(rows[r], k0 + k);
+    }
+  }
+}
+
+template <int MR>
+void KernelF32x16(const float* panel, int64_t kc, const float* x, int64_t ldx, float* y,
+                  int64_t ldy, int nvalid, bool accumulate) {
+  static_assert(MR >= 1 && MR <= 6);
+  __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0;
+  __m256 a3 = a0, b3 = a0, a4 = a0, b4 = a0, a5 = a0, b5 = a0;
+  const float* x0 = x;
+  const float* x1 = x + ldx;
+  const float* x2 = x + 2 * ldx;
+  const float* x3 = x + 3 * ldx;
+  const float* x4 = x + 4 * ldx;
+  const float* x5 = x + 5 * ldx;
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 w0 = _mm256_load_ps(panel + k * kFPanelRows);
+    const __m256 w1 = _mm256_load_ps(panel + k * kFPanelRows + 8);
+#define F_STEP(I)                                    \
+  {                                                  \
+    const __m256 xb = _mm256_broadcast_ss(x##I + k); \
+    a##I = _mm256_fmadd_ps(w0, xb, a##I);            \
+    b##I = _mm256_fmadd_ps(w1, xb, b##I);            \
+  }
+    TANDEM_FOR_MR(F_STEP)
+#undef F_STEP
+  }
+#define F_STORE(I) StoreF16Rows(y + I * ldy, a##I, b##I, nvalid, accumulate);
+  TANDEM_FOR_MR(F_STORE)
+#undef F_STORE
+}
+
+void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, int64_t ldx, float* y,
+                   int64_t ldy, int nvalid, bool accumulate) {
+  switch (mr) {
+    case 1:
+      KernelF32x16<1>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+      break;
+    case 2:
+      KernelF32x16<2>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+      break;
+    case 3:
+      KernelF32x16<3>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+      break;
+    case 4:
+      KernelF32x16<4>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+      break;
+    case 5:
+      KernelF32x16<5>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+      break;
+    default:
+      KernelF32x16<6>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+      break;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Float GEMV for small m (F32, F16, BF16 read in place: half-size bandwidth)
+// ---------------------------------------------------------------------------
+//
+// Batch-invariant by construction: every y[i][r] is summed in exactly the
+// order of the GEMM micro-kernel above (one fma per k, k ascending within
+// kFKc-column chunks, each chunk's sum added to y), so a sequence's logits do
+// not depend on how many other sequences share the decode step. Lanes = rows
+// as in the GEMM, but without a panel buffer: 8 rows x 8 columns are loaded
+// in their stored type, transposed in registers and used at once.
+
+constexpr int kGemvMaxM = 3;  // m above this uses the packed GEMM
+
+// y[i][r0 .. r0 + 8) for i < MI, from 8 weight rows: one fma chain per
+// activation row. Not more rows at once: rows a power of two apart (4 KiB
+// for 2048 F16 columns) share an L1 set, and more streams than this defeat
+// the prefetchers on weights mmap'd in 4 KiB pages (32 rows at once ran at
+// half the speed; docs/benchmarks.md). Each 256-column chunk is summed from
+// zero and added to y in chunk order, exactly as the GEMM does.
+template <GgmlType T, int MI>
+void GemvRows8(const WeightView& w, int64_t r0, const float* x, float* y) {
+  static_assert(MI >= 1 && MI <= 3);
+  const int64_t cols = w.cols;
+  const uint8_t* rows[8];
+  for (int r = 0; r < 8; ++r) {
+    rows[r] = w.data + std::min(r0 + r, w.rows - 1) * w.row_bytes;
+  }
+  const int nvalid = static_cast<int>(std::min<int64_t>(8, w.rows - r0));
+  for (int64_t k0 = 0; k0 < cols; k0 += kFKc) {
+    const int64_t k_end = std::min(cols, k0 + kFKc);
+    const int64_t k_end8 = k0 + ((k_end - k0) & ~int64_t{7});
+    __m256 acc[MI];
+#pragma GCC unroll 3
+    for (int i = 0; i < MI; ++i) {
+      acc[i] = _mm256_setzero_ps();
+    }
+    for (int64_t k = k0; k < k_end8; k += 8) {
+      __m256 v[8];
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) {
+        v[r] = Load8<T>(rows[r], k);
+      }
+      Transpose8x8(v);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+#pragma GCC unroll 3
+        for (int i = 0; i < MI; ++i) {
+          acc[i] = _mm256_fmadd_ps(v[j], _mm256_broadcast_ss(x + i * cols + k + j), acc[i]);
+        }
+      }
+    }
+    for (int64_t k = k_end8; k < k_end; ++k) {  // the chunk's last < 8 columns
+      alignas(32) float col[8];
+      for (int r = 0; r < 8; ++r) {
+        col[r] = Load1<T>(rows[r], k);
+      }
+      const __m256 v = _mm256_load_ps(col);
+      for (int i = 0; i < MI; ++i) {
+        acc[i] = _mm256_fmadd_ps(v, _mm256_set1_ps(x[i * cols + k]), acc[i]);
+      }
+    }
+    // Add the chunk to y in chunk order, as StoreF16Rows does.
+    for (int i = 0; i < MI; ++i) {
+      float* dst = y + i * w.rows + r0;
+      __m256 a = acc[i];
+      if (k0 > 0) {
+        alignas(32) float prev[8] = {};
+        std::copy(dst, dst + nvalid, prev);
+        a = _mm256_add_ps(a, _mm256_load_ps(prev));
+      }
+      StorePartial(dst, a, nvalid);
+    }
+  }
+}
+
+template <GgmlType T>
+void GemvFloat(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool) {
+  const int64_t groups = (w.rows + 7) / 8;
+  pool.ParallelFor(groups, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t r0 = g * 8;
+      switch (m) {
+        case 1:
+          GemvRows8<T, 1>(w, r0, x, y);
+          break;
+        case 2:
+          GemvRows8<T, 2>(w, r0, x, y);
+          break;
+        default:
+          GemvRows8<T, 3>(w, r0, x, y);
+          break;
+      }
+    }
+  });
+}
+
+template <GgmlType T>
+void MatMulFloat(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool) {
+  if (m <= kGemvMaxM) {
+    GemvFloat<T>(w, x, m, y, pool);
+  } else {
+    GemmFloatPanels(w, x, m, y, pool, kFMr, KernelF32Tile);
+  }
+}
+
+}  // namespace
+
+void PackFloatPanel16Avx2(const WeightView& w, int64_t r0, int64_t k0, int64_t kc, float* out) {
+  switch (w.type) {
+    case GgmlType::kF32:
+      PackFloatPanel16<GgmlType::kF32>(w, r0, k0, kc, out);
+      break;
+    case GgmlType::kF16:
+      PackFloatPanel16<GgmlType::kF16>(w, r0, k0, kc, out);
+      break;
+    default:
+      PackFloatPanel16<GgmlType::kBF16>(w, r0, k0, kc, out);
+      break;
+  }
+}
+
+void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool) {
+  switch (w.type) {
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0: {
+      static thread_local ScratchBuffer scratch;
+      const QuantizedActs xa = AllocQuantizedActs(scratch, m, w.cols);
+      // The signed Q4_0 layout takes activations as x + 128 (u8).
+      const bool offset = w.type == GgmlType::kQ4_0 && Q4LayoutFor(m) == Q4Layout::kSigned;
+      if (m * w.cols >= (int64_t{1} << 16)) {
+        pool.ParallelFor(m, 1, [&](int64_t begin, int64_t end) {
+          QuantizeActsAvx2(x + begin * w.cols, end - begin, w.cols, offset,
+                           RowsFrom(xa, begin, w.cols));
+        });
+      } else {
+        QuantizeActsAvx2(x, m, w.cols, offset, xa);
+      }
+      MatMulQuantAvx2(w, xa, m, y, pool);
+      return;
+    }
+    case GgmlType::kF32:
+      MatMulFloat<GgmlType::kF32>(w, x, m, y, pool);
+      return;
+    case GgmlType::kF16:
+      MatMulFloat<GgmlType::kF16>(w, x, m, y, pool);
+      return;
+    case GgmlType::kBF16:
+      MatMulFloat<GgmlType::kBF16>(w, x, m, y, pool);
+      return;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Norms, activations, attention
+// ---------------------------------------------------------------------------
+
+void RmsNormAvx2(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
+                 float* out) {
+  const int64_t n8 = n & ~int64_t{7};
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* xi = x + i * n;
+    float* oi = out + i * n;
+    __m256 s0 = _mm256_setzero_ps();
+    __m256 s1 = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 16 <= n8; j += 16) {
+      const __m256 a = _mm256_loadu_ps(xi + j);
+      const __m256 b = _mm256_loadu_ps(xi + j + 8);
+      s0 = _mm256_fmadd_ps(a, a, s0);
+      s1 = _mm256_fmadd_ps(b, b, s1);
+    }
+    for (; j < n8; j += 8) {
+      const __m256 a = _mm256_loadu_ps(xi + j);
+      s0 = _mm256_fmadd_ps(a, a, s0);
+    }
+    float ss = HsumPs(_mm256_add_ps(s0, s1));
+    for (; j < n; ++j) {
+      ss += xi[j] * xi[j];
+    }
+    const float scale = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (j = 0; j < n8; j += 8) {
+      _mm256_storeu_ps(oi + j, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xi + j), vs),
+                                             _mm256_loadu_ps(weight + j)));
+    }
+    for (; j < n; ++j) {
+      oi[j] = xi[j] * scale * weight[j];
+    }
+  }
+}
+
+void SwiGluAvx2(const float* gate, const float* up, int64_t n, float* out) {
+  const int64_t n8 = n & ~int64_t{7};
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  auto eight = [&](const float* g8, const float* u8, float* o8) {
+    const __m256 g = _mm256_loadu_ps(g8);
+    const __m256 e = Exp256(_mm256_xor_ps(g, sign));
+    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(o8, _mm256_mul_ps(silu, _mm256_loadu_ps(u8)));
+  };
+  int64_t i = 0;
+  for (; i < n8; i += 8) {
+    eight(gate + i, up + i, out + i);
+  }
+  if (i < n) {
+    // The tail goes through the same vector code (padded), not std::exp:
+    // an element's result must not depend on where it sits in the buffer,
+    // which holds every token of the step (batch invariance).
+    alignas(32) float g[8] = {}, u[8] = {}, o[8];
+    std::copy(gate + i, gate + n, g);
+    std::copy(up + i, up + n, u);
+    eight(g, u, o);
+    std::copy(o, o + (n - i), out + i);
+  }
+}
+
+namespace {
+
+template <GgmlType T>
+inline __m256 LoadKv8(const void* base, int64_t idx) {
+  if constexpr (T == GgmlType::kF16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + idx)));
+  } else {
+    return _mm256_loadu_ps(static_cast<const float*>(base) + idx);
+  }
+}
+
+template <GgmlType T>
+inline float LoadKv1(const void* base, int64_t idx) {
+  if constexpr (T == GgmlType::kF16) {
+    return _cvtsh_ss(static_cast<const uint16_t*>(base)[idx]);
+  } else {
+    return static_cast<const float*>(base)[idx];
+  }
+}
+
+template <GgmlType T>
+float DotKv(const float* q, const void* k, int64_t off, int head_dim) {
+  const int d8 = head_dim & ~7;
+  __m256 a = _mm256_setzero_ps();
+  int d = 0;
+  for (; d < d8; d += 8) {
+    a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), LoadKv8<T>(k, off + d), a);
+  }
+  float s = HsumPs(a);
+  for (; d < head_dim; ++d) {
+    s += q[d] * LoadKv1<T>(k, off + d);
+  }
+  return s;
+}
+
+template <GgmlType T>
+void AttendBlock(const float* q, int group, const void* k, const void* v, int n, int head_dim,
+                 float* m, float* l, float* acc) {
+  alignas(32) float p[64 + 8];
+  DCHECK_LE(n, 64);
+  const int d8 = head_dim & ~7;
+  for (int g = 0; g < group; ++g) {
+    const float* qg = q + g * head_dim;
+    // Scores, four keys at a time when head_dim is a multiple of 8.
+    int j = 0;
+    if (d8 == head_dim) {
+      for (; j + 4 <= n; j += 4) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        const int64_t o = int64_t{j} * head_dim;
+        for (int d = 0; d < head_dim; d += 8) {
+          const __m256 qv = _mm256_loadu_ps(qg + d);
+          a0 = _mm256_fmadd_ps(qv, LoadKv8<T>(k, o + d), a0);
+          a1 = _mm256_fmadd_ps(qv, LoadKv8<T>(k, o + head_dim + d), a1);
+          a2 = _mm256_fmadd_ps(qv, LoadKv8<T>(k, o + 2 * head_dim + d), a2);
+          a3 = _mm256_fmadd_ps(qv, LoadKv8<T>(k, o + 3 * head_dim + d), a3);
+        }
+        _mm_storeu_ps(p + j, Hsum4(a0, a1, a2, a3));
+      }
+    }
+    for (; j < n; ++j) {
+      p[j] = DotKv<T>(qg, k, int64_t{j} * head_dim, head_dim);
+    }
+    float block_max = -std::numeric_limits<float>::infinity();
+    for (j = 0; j < n; ++j) {
+      block_max = std::max(block_max, p[j]);
+    }
+    const float new_max = std::max(m[g], block_max);
+    // The running max rarely changes after the first blocks: then the
+    // rescale is exactly 1 and costs no exp.
+    const float correction =
+        new_max == m[g] ? 1.0f : _mm256_cvtss_f32(Exp256(_mm256_set1_ps(m[g] - new_max)));
+    const __m256 vmax = _mm256_set1_ps(new_max);
+    __m256 vsum = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= n; j += 8) {
+      const __m256 e = Exp256(_mm256_sub_ps(_mm256_loadu_ps(p + j), vmax));
+      _mm256_storeu_ps(p + j, e);
+      vsum = _mm256_add_ps(vsum, e);
+    }
+    float sum = HsumPs(vsum);
+    for (; j < n; ++j) {
+      p[j] = std::exp(p[j] - new_max);
+      sum += p[j];
+    }
+    l[g] = l[g] * correction + sum;
+    m[g] = new_max;
+    // acc = acc * correction + sum_j p[j] v[j], 32 dims at a time (4 chains).
+    float* accg = acc + g * head_dim;
+    const __m256 vc = _mm256_set1_ps(correction);
+    int d = 0;
+    for (; d + 32 <= d8; d += 32) {
+      __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(accg + d), vc);
+      __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(accg + d + 8), vc);
+      __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(accg + d + 16), vc);
+      __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(accg + d + 24), vc);
+      for (j = 0; j < n; ++j) {
+        const __m256 pj = _mm256_set1_ps(p[j]);
+        const int64_t o = int64_t{j} * head_dim + d;
+        a0 = _mm256_fmadd_ps(pj, LoadKv8<T>(v, o), a0);
+        a1 = _mm256_fmadd_ps(pj, LoadKv8<T>(v, o + 8), a1);
+        a2 = _mm256_fmadd_ps(pj, LoadKv8<T>(v, o + 16), a2);
+        a3 = _mm256_fmadd_ps(pj, LoadKv8<T>(v, o + 24), a3);
+      }
+      _mm256_storeu_ps(accg + d, a0);
+      _mm256_storeu_ps(accg + d + 8, a1);
+      _mm256_storeu_ps(accg + d + 16, a2);
+      _mm256_storeu_ps(accg + d + 24, a3);
+    }
+    for (; d < d8; d += 8) {
+      __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(accg + d), vc);
+      for (j = 0; j < n; ++j) {
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), LoadKv8<T>(v, int64_t{j} * head_dim + d), a0);
+      }
+      _mm256_storeu_ps(accg + d, a0);
+    }
+    for (; d < head_dim; ++d) {
+      float a = accg[d] * correction;
+      for (j = 0; j < n; ++j) {
+        a += p[j] * LoadKv1<T>(v, int64_t{j} * head_dim + d);
+      }
+      accg[d] = a;
+    }
+  }
+}
+
+}  // namespace
+
+void AttendBlockAvx2(const float* q, int group, const void* k, const void* v, GgmlType dtype, int n,
+                     int head_dim, float* m, float* l, float* acc) {
+  if (dtype == GgmlType::kF16) {
+    AttendBlock<GgmlType::kF16>(q, group, k, v, n, head_dim, m, l, acc);
+  } else {
+    AttendBlock<GgmlType::kF32>(q, group, k, v, n, head_dim, m, l, acc);
+  }
+}
+
+}  // namespace tandem::engine::internal

@@ -1,0 +1,333 @@
+// AVX-512 (F/BW/VL/DQ, optionally VNNI) matrix multiply. Compiled with
+// -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni; only called when
+// DetectIsa() saw the features and the OS enabled ZMM state (xgetbv).
+//
+// Same design as the AVX2 kernels (weight rows in lanes, per-call panel
+// repacking, see kernels_avx2.cc) with 16-row panels:
+//   Q4_0 (VNNI): vpdpbusd(acc, nibbles as u8 [0,15], broadcast x as s8);
+//         4-byte dot products accumulate straight into int32 (no int16
+//         saturation), the -8 offset is -8 * sum(x_block) per activation block.
+//   Q8_0 (VNNI): vpdpbusd(acc, broadcast(x + 128) as u8, w as s8) minus
+//         128 * sum(w) per row and block, precomputed at pack time
+//         (AVX-512 has no vpsignb, so no sign trick).
+//   F32/F16/BF16: panels converted to fp32 (k-major, 16 rows = one zmm) by the
+//         AVX2 packer, 12x16 FMA micro-kernel.
+// Batch <= 3 float GEMVs and, without VNNI, quantized types use the AVX2
+// kernels (bandwidth-bound or no better instruction here).
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+// GCC 12's avx512fintrin.h unpack intrinsics start from _mm512_undefined_*,
+// which -Wmaybe-uninitialized reports at every use (a false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include "common/engine/kernels/internal/kernels_internal.h"
+
+namespace tandem::engine::internal {
+namespace {
+
+inline __m512i Bcast32(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+inline __mmask16 RowMask(int nvalid) { return static_cast<__mmask16>((1u << nvalid) - 1); }
+
+// Named accumulators, so GCC keeps them in registers (unused ones vanish).
+#define TANDEM_FOR_MR12(X) \
+  X(0)                     \
+  if constexpr (MR > 1) {  \
+    X(1)                   \
+  }                        \
+  if constexpr (MR > 2) {  \
+    X(2)                   \
+  }                        \
+  if constexpr (MR > 3) {  \
+    X(3)                   \
+  }                        \
+  if constexpr (MR > 4) {  \
+    X(4)                   \
+  }                        \
+  if constexpr (MR > 5) {  \
+    X(5)                   \
+  }                        \
+  if constexpr (MR > 6) {  \
+    X(6)                   \
+  }                        \
+  if constexpr (MR > 7) {  \
+    X(7)                   \
+  }                        \
+  if constexpr (MR > 8) {  \
+    X(8)                   \
+  }                        \
+  if constexpr (MR > 9) {  \
+    X(9)                   \
+  }                        \
+  if constexpr (MR > 10) { \
+    X(10)                  \
+  }                        \
+  if constexpr (MR > 11) { \
+    X(11)                  \
+  }
+
+// ---------------------------------------------------------------------------
+// Quantized (VNNI)
+// ---------------------------------------------------------------------------
+
+constexpr int kPanelRows = 16;
+static_assert(kPanelRows == kFloatPanelRows, "the float GEMM driver packs 16-row panels");
+// Packed block of 16 rows: float d[16] | int32 corr[16] | 8 groups of 16 rows
+// x 4 bytes (k = 4g..4g+3). Q4_0: nibbles as u8, corr unused. Q8_0: w as s8,
+// corr = 128 * sum(w) per row.
+constexpr int64_t kPanelBlock = 64 + 64 + 512;
+constexpr int kQMr = 8;
+
+// out[d] = dword d of the 16 bytes at p[r], rows r = 0..15 as lanes.
+inline void Transpose4x16(const uint8_t* const p[16], __m512i out[4]) {
+  auto load4 = [&](int r) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p[r])));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[r + 4])), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[r + 8])), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[r + 12])), 3);
+  };
+  const __m512i a = load4(0);  // rows 0, 4, 8, 12 in the four 128-bit lanes
+  const __m512i b = load4(1);
+  const __m512i c = load4(2);
+  const __m512i e = load4(3);
+  const __m512i t0 = _mm512_unpacklo_epi32(a, b);
+  const __m512i t1 = _mm512_unpackhi_epi32(a, b);
+  const __m512i t2 = _mm512_unpacklo_epi32(c, e);
+  const __m512i t3 = _mm512_unpackhi_epi32(c, e);
+  out[0] = _mm512_unpacklo_epi64(t0, t2);
+  out[1] = _mm512_unpackhi_epi64(t0, t2);
+  out[2] = _mm512_unpacklo_epi64(t1, t3);
+  out[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+void PackQuantPanel16(const WeightView& w, int64_t r0, uint8_t* out) {
+  const int64_t nb = w.cols / kQBlock;
+  const bool q4 = w.type == GgmlType::kQ4_0;
+  const int64_t block_bytes = q4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  const uint8_t* rows[kPanelRows];
+  for (int r = 0; r < kPanelRows; ++r) {
+    rows[r] = w.data + std::min(r0 + r, w.rows - 1) * w.row_bytes;
+  }
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i ones_u8 = _mm512_set1_epi8(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p[kPanelRows];
+    const uint8_t* p2[kPanelRows];
+    alignas(32) uint16_t h[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r) {
+      const uint8_t* blk = rows[r] + b * block_bytes;
+      h[r] = LoadU16(blk);
+      p[r] = blk + 2;
+      p2[r] = blk + 18;
+    }
+    _mm512_store_ps(reinterpret_cast<float*>(out),
+                    _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h))));
+    auto* q = reinterpret_cast<__m512i*>(out + 128);
+    if (q4) {
+      __m512i t[4];
+      Transpose4x16(p, t);
+      for (int d = 0; d < 4; ++d) {
+        _mm512_store_si512(q + d, _mm512_and_si512(t[d], m4));
+        _mm512_store_si512(q + 4 + d, _mm512_and_si512(_mm512_srli_epi16(t[d], 4), m4));
+      }
+      _mm512_store_si512(reinterpret_cast<__m512i*>(out + 64), _mm512_setzero_si512());
+    } else {
+      __m512i t[8];
+      Transpose4x16(p, t);
+      Transpose4x16(p2, t + 4);
+      __m512i sum = _mm512_setzero_si512();
+      for (int g = 0; g < 8; ++g) {
+        _mm512_store_si512(q + g, t[g]);
+        sum = _mm512_dpbusd_epi32(sum, ones_u8, t[g]);  // per-row sum of the 4 bytes
+      }
+      _mm512_store_si512(reinterpret_cast<__m512i*>(out + 64), _mm512_slli_epi32(sum, 7));
+    }
+    out += kPanelBlock;
+  }
+}
+
+// y[i][0..nvalid) for i < MR (<= 8) from one 16-row panel.
+template <int MR, bool kQ4>
+void KernelVnni(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y, int64_t ldy,
+                int nvalid) {
+  static_assert(MR >= 1 && MR <= kQMr);
+  const int64_t nb = xa.nb;
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0,
+         acc5 = acc0, acc6 = acc0, acc7 = acc0, acc8, acc9, acc10, acc11;
+  const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
+  const uint8_t *x1 = x0 + cols, *x2 = x0 + 2 * cols, *x3 = x0 + 3 * cols, *x4 = x0 + 4 * cols;
+  const uint8_t *x5 = x0 + 5 * cols, *x6 = x0 + 6 * cols, *x7 = x0 + 7 * cols;
+  const uint8_t *x8 = nullptr, *x9 = nullptr, *x10 = nullptr, *x11 = nullptr;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pb = panel + b * kPanelBlock;
+    const auto* wq = reinterpret_cast<const __m512i*>(pb + 128);
+    const int64_t xo = b * kQBlock;
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0,
+            s7 = s0, s8, s9, s10, s11;
+    for (int g = 0; g < 8; ++g) {
+      const __m512i w = _mm512_load_si512(wq + g);
+      if constexpr (kQ4) {
+#define VNNI_STEP(I) s##I = _mm512_dpbusd_epi32(s##I, w, Bcast32(x##I + xo + 4 * g));
+        TANDEM_FOR_MR12(VNNI_STEP)
+#undef VNNI_STEP
+      } else {
+#define VNNI_STEP(I) s##I = _mm512_dpbusd_epi32(s##I, Bcast32(x##I + xo + 4 * g), w);
+        TANDEM_FOR_MR12(VNNI_STEP)
+#undef VNNI_STEP
+      }
+    }
+    const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(pb));
+    const __m512i corr = _mm512_load_si512(reinterpret_cast<const __m512i*>(pb + 64));
+#define VNNI_EPI(I)                                                                           \
+  {                                                                                           \
+    const __m512i t = kQ4 ? _mm512_sub_epi32(s##I, _mm512_set1_epi32(8 * xa.sum[I * nb + b])) \
+                          : _mm512_sub_epi32(s##I, corr);                                     \
+    const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(xa.d[I * nb + b]));  \
+    acc##I = _mm512_fmadd_ps(f, dw, acc##I);                                                  \
+  }
+    TANDEM_FOR_MR12(VNNI_EPI)
+#undef VNNI_EPI
+  }
+#define VNNI_STORE(I) _mm512_mask_storeu_ps(y + I * ldy, RowMask(nvalid), acc##I);
+  TANDEM_FOR_MR12(VNNI_STORE)
+#undef VNNI_STORE
+}
+
+template <bool kQ4>
+void VnniTile(int mr, const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
+              int64_t ldy, int nvalid) {
+  switch (mr) {
+    case 1:
+      return KernelVnni<1, kQ4>(panel, xa, cols, y, ldy, nvalid);
+    case 2:
+      return KernelVnni<2, kQ4>(panel, xa, cols, y, ldy, nvalid);
+    case 3:
+      return KernelVnni<3, kQ4>(panel, xa, cols, y, ldy, nvalid);
+    case 4:
+      return KernelVnni<4, kQ4>(panel, xa, cols, y, ldy, nvalid);
+    case 5:
+      return KernelVnni<5, kQ4>(panel, xa, cols, y, ldy, nvalid);
+    case 6:
+      return KernelVnni<6, kQ4>(panel, xa, cols, y, ldy, nvalid);
+    case 7:
+      return KernelVnni<7, kQ4>(panel, xa, cols, y, ldy, nvalid);
+    default:
+      return KernelVnni<8, kQ4>(panel, xa, cols, y, ldy, nvalid);
+  }
+}
+
+constexpr int64_t kPanelBudgetBytes = 256 * 1024;
+
+void MatMulQuantVnni(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool) {
+  static thread_local ScratchBuffer act_scratch;
+  const QuantizedActs xa = AllocQuantizedActs(act_scratch, m, w.cols);
+  // Q8_0 puts activations in vpdpbusd's unsigned operand: store x + 128.
+  const bool offset = w.type == GgmlType::kQ8_0;
+  if (m * w.cols >= (int64_t{1} << 16)) {
+    pool.ParallelFor(m, 1, [&](int64_t begin, int64_t end) {
+      QuantizeActsAvx2(x + begin * w.cols, end - begin, w.cols, offset,
+                       RowsFrom(xa, begin, w.cols));
+    });
+  } else {
+    QuantizeActsAvx2(x, m, w.cols, offset, xa);
+  }
+  const bool q4 = w.type == GgmlType::kQ4_0;
+  QuantGemmPanels(
+      w, xa, m, y, pool, kPanelRows, xa.nb * kPanelBlock, kQMr, kPanelBudgetBytes,
+      [&](int64_t r0, uint8_t* out) { PackQuantPanel16(w, r0, out); },
+      [&](int mr, const uint8_t* panel, const QuantizedActs& xi, float* yt, int nvalid) {
+        if (q4) {
+          VnniTile<true>(mr, panel, xi, w.cols, yt, w.rows, nvalid);
+        } else {
+          VnniTile<false>(mr, panel, xi, w.cols, yt, w.rows, nvalid);
+        }
+      });
+}
+
+// ---------------------------------------------------------------------------
+// Float GEMM
+// ---------------------------------------------------------------------------
+
+constexpr int kFMr = 12;
+
+template <int MR>
+void KernelF32x16(const float* panel, int64_t kc, const float* x, int64_t ldx, float* y,
+                  int64_t ldy, int nvalid, bool accumulate) {
+  static_assert(MR >= 1 && MR <= kFMr);
+  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
+         c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 w = _mm512_load_ps(panel + k * kPanelRows);
+#define F_STEP(I) c##I = _mm512_fmadd_ps(w, _mm512_set1_ps(x[I * ldx + k]), c##I);
+    TANDEM_FOR_MR12(F_STEP)
+#undef F_STEP
+  }
+  const __mmask16 mask = RowMask(nvalid);
+#define F_STORE(I)                                                 \
+  {                                                                \
+    float* yi = y + I * ldy;                                       \
+    if (accumulate) {                                              \
+      c##I = _mm512_add_ps(c##I, _mm512_maskz_loadu_ps(mask, yi)); \
+    }                                                              \
+    _mm512_mask_storeu_ps(yi, mask, c##I);                         \
+  }
+  TANDEM_FOR_MR12(F_STORE)
+#undef F_STORE
+}
+
+void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, int64_t ldx, float* y,
+                   int64_t ldy, int nvalid, bool accumulate) {
+  switch (mr) {
+#define F_CASE(N) \
+  case N:         \
+    return KernelF32x16<N>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+    F_CASE(1)
+    F_CASE(2)
+    F_CASE(3)
+    F_CASE(4)
+    F_CASE(5)
+    F_CASE(6)
+    F_CASE(7)
+    F_CASE(8)
+    F_CASE(9)
+    F_CASE(10)
+    F_CASE(11)
+#undef F_CASE
+    default:
+      return KernelF32x16<12>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+  }
+}
+
+}  // namespace
+
+void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
+                  bool vnni) {
+  switch (w.type) {
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+      if (vnni) {
+        MatMulQuantVnni(w, x, m, y, pool);
+      } else {
+        MatMulAvx2(w, x, m, y, pool);
+      }
+      return;
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      if (m <= 3) {
+        MatMulAvx2(w, x, m, y, pool);  // GEMV: bandwidth-bound, reads F16/BF16 in place
+      } else {
+        GemmFloatPanels(w, x, m, y, pool, kFMr, KernelF32Tile);
+      }
+      return;
+  }
+}
+
+}  // namespace tandem::engine::internal

@@ -1,0 +1,229 @@
+#pragma once
+// Per-ISA kernel entry points behind common/engine/kernels/kernels.h, and the small helpers
+// they share. Each *_avx2.cc / *_avx512.cc file is compiled with its own -m
+// flags, so nothing here may be an inline function using SIMD intrinsics
+// (one TU's copy could be picked by the linker for another): SIMD helpers
+// live in anonymous namespaces inside their own file.
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "absl/functional/function_ref.h"
+#include "common/engine/format/ggml_type.h"
+#include "common/engine/kernels/kernels.h"
+#include "common/base/thread_pool.h"
+
+namespace tandem::engine::internal {
+
+inline constexpr int kQBlock = 32;  // elements per Q8_0/Q4_0 block (and per activation block)
+
+// A weight matrix as the kernels see it: GGUF row-major layout.
+struct WeightView {
+  GgmlType type = GgmlType::kF32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_bytes = 0;  // bytes between consecutive rows
+};
+
+// Bytes of a row of `cols` elements (same as GgmlRowBytes, kept here so the
+// kernels do not need the GGUF library at run time).
+inline int64_t RowBytes(GgmlType type, int64_t cols) {
+  switch (type) {
+    case GgmlType::kF32:
+      return cols * 4;
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      return cols * 2;
+    case GgmlType::kQ8_0:
+      return cols / kQBlock * static_cast<int64_t>(sizeof(BlockQ8_0));
+    case GgmlType::kQ4_0:
+      return cols / kQBlock * static_cast<int64_t>(sizeof(BlockQ4_0));
+  }
+  return 0;
+}
+
+// Activation-row tiling for the GEMM micro-kernels: m rows split into
+// n_tiles = ceil(m / max_tile) tiles of near-equal size (32 by 6 gives
+// 6,6,5,5,5,5 rather than 6,6,6,6,6,2), so no tile is a small, inefficient
+// remainder. Returns the size of tile t.
+inline int BalancedTile(int64_t m, int64_t n_tiles, int64_t t) {
+  return static_cast<int>(m / n_tiles + (t < m % n_tiles ? 1 : 0));
+}
+
+// --- Scalar fp16 / bf16 conversions (round to nearest even, bit exact) -----
+// After Maratyszcza's FP16 library (as used by ggml): branch-free and exact
+// for normals, subnormals, infinities and NaN.
+inline float BitsToFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t FloatToBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float HalfToFloat(uint16_t h) {
+  const uint32_t w = static_cast<uint32_t>(h) << 16;
+  const uint32_t sign = w & 0x80000000u;
+  const uint32_t two_w = w + w;
+  const float normalized = BitsToFloat((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+  const float denormalized = BitsToFloat((two_w >> 17) | (126u << 23)) - 0.5f;
+  const uint32_t result =
+      sign | (two_w < (1u << 27) ? FloatToBits(denormalized) : FloatToBits(normalized));
+  return BitsToFloat(result);
+}
+inline uint16_t FloatToHalf(float f) {
+  float base = (std::fabs(f) * 0x1.0p+112f) * 0x1.0p-110f;
+  const uint32_t w = FloatToBits(f);
+  const uint32_t shl1_w = w + w;
+  const uint32_t sign = w & 0x80000000u;
+  uint32_t bias = shl1_w & 0xFF000000u;
+  if (bias < 0x71000000u) {
+    bias = 0x71000000u;
+  }
+  base = BitsToFloat((bias >> 1) + 0x07800000u) + base;
+  const uint32_t bits = FloatToBits(base);
+  const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
+  const uint32_t mantissa_bits = bits & 0x00000FFFu;
+  const uint32_t nonsign = exp_bits + mantissa_bits;
+  return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+inline float BfloatToFloat(uint16_t h) { return BitsToFloat(static_cast<uint32_t>(h) << 16); }
+inline uint16_t FloatToBfloat(float f) {
+  const uint32_t u = FloatToBits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    return static_cast<uint16_t>((u >> 16) | 64);  // quiet NaN
+  }
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+inline uint16_t LoadU16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// --- Activation quantization -------------------------------------------------
+// Activations are quantized per 32-element block (as ggml's Q8_0, but with an
+// fp32 scale): d = amax / 127, q = round_half_even(x * (127 / amax)), and the
+// block sum of q kept for the Q4_0 offset correction. Every ISA computes the
+// same bits: the scale and the rounding use the same float operations.
+struct QuantizedActs {
+  int8_t* qs = nullptr;    // [m][cols]
+  float* d = nullptr;      // [m][nb]
+  int32_t* sum = nullptr;  // [m][nb]
+  int64_t nb = 0;          // blocks per row
+};
+
+// Grow-only, 64-byte aligned scratch buffer; one per thread (thread_local).
+class ScratchBuffer {
+ public:
+  void* Get(size_t bytes) {
+    if (bytes > capacity_) {
+      capacity_ = (bytes + 4095) & ~size_t{4095};
+      data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, capacity_)));
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> data_;
+  size_t capacity_ = 0;
+};
+
+// Lays out a QuantizedActs for m rows of `cols` inside `buffer`.
+QuantizedActs AllocQuantizedActs(ScratchBuffer& buffer, int64_t m, int64_t cols);
+
+// Rows [i0, m) of `a`, as a view.
+inline QuantizedActs RowsFrom(const QuantizedActs& a, int64_t i0, int64_t cols) {
+  QuantizedActs r = a;
+  r.qs += i0 * cols;
+  r.d += i0 * a.nb;
+  r.sum += i0 * a.nb;
+  return r;
+}
+
+// The quantized GEMM driver (kernels.cc) the AVX2 and VNNI paths share.
+// Weight rows go in panels of `panel_rows` (`panel_bytes` once packed);
+// each task owns a range of whole groups of panels, packs a group with
+// `pack(r0, out)` into a per-thread buffer and sweeps every activation tile
+// (at most `mr_max` rows, balanced) over it with `tile(mr, panel, rows of xa,
+// y at the tile's first row and the panel's first column, nvalid)`. A group
+// is one panel for m <= mr_max (consumed while L1-hot), else as many as fit
+// `budget_bytes` (at most 8), so activations are read once per group.
+void QuantGemmPanels(const WeightView& w, const QuantizedActs& xa, int64_t m, float* y,
+                     base::ThreadPool& pool, int panel_rows, int64_t panel_bytes, int mr_max,
+                     int64_t budget_bytes, absl::FunctionRef<void(int64_t r0, uint8_t* out)> pack,
+                     absl::FunctionRef<void(int mr, const uint8_t* panel, const QuantizedActs& xa,
+                                            float* y, int nvalid)>
+                         tile);
+
+// --- Float GEMM driver (kernels.cc), shared by the AVX2 and AVX-512 paths ----
+// Columns per packed panel chunk. Part of every float path's summation order
+// (each chunk is summed from zero and added to y in order), so the GEMM and
+// the GEMV must use the same value (batch invariance).
+inline constexpr int64_t kFloatKc = 256;
+inline constexpr int kFloatPanelRows = 16;
+
+// y[i][0..nvalid) for i < mr from one packed panel [kc][16] and activation
+// rows x[i][0..kc) (stride ldx); adds to y when `accumulate`.
+using FloatTileFn = void (*)(int mr, const float* panel, int64_t kc, const float* x, int64_t ldx,
+                             float* y, int64_t ldy, int nvalid, bool accumulate);
+
+// The float GEMM: tasks of 4 panels of 16 weight rows, packed per kFloatKc
+// columns (PackFloatPanel16Avx2) into a per-thread buffer, every activation
+// tile (at most `mr_max` rows, balanced) swept over them by `tile`. Plain
+// control code: compiled without ISA flags, the ISA lives in `tile`.
+void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
+                     int mr_max, FloatTileFn tile);
+
+// --- Attention ---------------------------------------------------------------
+// State of the online softmax of one query head.
+// One KV block for `group` query heads sharing a KV head: q is [group][head_dim]
+// (already scaled), k and v point at the block's [block_size][head_dim] rows of
+// that KV head in `dtype`; only the first `n` keys count. Updates the running
+// max m[g], sum l[g] and unnormalized output acc[g][head_dim].
+using AttendBlockFn = void (*)(const float* q, int group, const void* k, const void* v,
+                               GgmlType dtype, int n, int head_dim, float* m, float* l, float* acc);
+
+// --- Scalar reference (kernels_scalar.cc) -------------------------------------
+void QuantizeActsScalar(const float* x, int64_t m, int64_t cols, const QuantizedActs& out);
+void MatMulScalar(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool);
+void RmsNormScalar(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
+                   float* out);
+void SwiGluScalar(const float* gate, const float* up, int64_t n, float* out);
+void AttendBlockScalar(const float* q, int group, const void* k, const void* v, GgmlType dtype,
+                       int n, int head_dim, float* m, float* l, float* acc);
+// Row r of w as floats.
+void DequantizeRowScalar(const WeightView& w, int64_t r, float* out);
+
+// --- AVX2 + FMA + F16C (kernels_avx2.cc) ---------------------------------------
+// offset128: store q + 128 as u8 (for kernels whose activation operand is
+// unsigned) instead of q as s8.
+void QuantizeActsAvx2(const float* x, int64_t m, int64_t cols, bool offset128,
+                      const QuantizedActs& out);
+void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool);
+void RmsNormAvx2(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
+                 float* out);
+void SwiGluAvx2(const float* gate, const float* up, int64_t n, float* out);
+void AttendBlockAvx2(const float* q, int group, const void* k, const void* v, GgmlType dtype, int n,
+                     int head_dim, float* m, float* l, float* acc);
+// Packs rows [r0, r0 + 16) (clamped to w.rows; missing rows repeat the last)
+// and columns [k0, k0 + kc) of a float-type matrix (F32/F16/BF16) as fp32,
+// k-major: out[k][16]. Used by the AVX2 and AVX-512 float GEMMs.
+void PackFloatPanel16Avx2(const WeightView& w, int64_t r0, int64_t k0, int64_t kc, float* out);
+
+// --- AVX-512 (kernels_avx512.cc); only called when DetectIsa() allows ----------
+// `vnni` selects the VPDPBUSD quantized kernels; without it quantized types
+// fall back to the AVX2 kernels (float types still use 512-bit FMA).
+void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
+                  bool vnni);
+
+}  // namespace tandem::engine::internal

@@ -1,0 +1,384 @@
+#include "common/engine/kernels/kernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/engine/kernels/internal/kernels_internal.h"
+#include "common/base/logging.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+namespace tandem::engine {
+namespace {
+
+using internal::WeightView;
+
+#if defined(__x86_64__)
+uint64_t Xgetbv0() {
+  uint32_t eax, edx;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<uint64_t>(edx) << 32) | eax;
+}
+#endif
+
+Isa DetectIsaUncached() {
+#if defined(__x86_64__)
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
+    return Isa::kScalar;
+  }
+  const bool osxsave = ecx & (1u << 27);
+  const bool avx = ecx & (1u << 28);
+  const bool fma = ecx & (1u << 12);
+  const bool f16c = ecx & (1u << 29);
+  if (!osxsave || !avx || !fma || !f16c) {
+    return Isa::kScalar;
+  }
+  const uint64_t xcr0 = Xgetbv0();
+  if ((xcr0 & 0x6) != 0x6) {  // OS saves XMM and YMM state
+    return Isa::kScalar;
+  }
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
+    return Isa::kScalar;
+  }
+  const bool avx2 = ebx & (1u << 5);
+  const bool bmi2 = ebx & (1u << 8);
+  if (!avx2 || !bmi2) {
+    return Isa::kScalar;
+  }
+  const bool avx512 = (ebx & (1u << 16)) && (ebx & (1u << 17)) &&  // F, DQ
+                      (ebx & (1u << 30)) && (ebx & (1u << 31));    // BW, VL
+  const bool vnni = ecx & (1u << 11);
+  // Opmask, upper ZMM0-15 and ZMM16-31 state enabled by the OS.
+  if (!avx512 || (xcr0 & 0xE6) != 0xE6) {
+    return Isa::kAvx2;
+  }
+  return vnni ? Isa::kAvx512Vnni : Isa::kAvx512;
+#else
+  return Isa::kScalar;
+#endif
+}
+
+std::atomic<int>& ActiveIsaSlot() {
+  static std::atomic<int> slot{static_cast<int>(DetectIsa())};
+  return slot;
+}
+
+bool IsQuantized(GgmlType t) { return t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0; }
+
+int64_t BlockSize(GgmlType t) { return IsQuantized(t) ? internal::kQBlock : 1; }
+
+WeightView ViewOf(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols) {
+  WeightView v;
+  v.type = type;
+  v.data = data;
+  v.rows = rows;
+  v.cols = cols;
+  v.row_bytes = internal::RowBytes(type, cols);
+  return v;
+}
+
+}  // namespace
+
+namespace internal {
+
+void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
+                     int mr_max, FloatTileFn tile) {
+  constexpr int64_t kGroup = 4;  // panels per task (64 rows)
+  const int64_t n_panels = (w.rows + kFloatPanelRows - 1) / kFloatPanelRows;
+  const int64_t n_tasks = (n_panels + kGroup - 1) / kGroup;
+  const int64_t panel_floats = kFloatPanelRows * kFloatKc;
+  pool.Run(n_tasks, [&](int64_t task, int /*thread*/) {
+    static thread_local ScratchBuffer scratch;
+    auto* buffer = static_cast<float*>(scratch.Get(kGroup * panel_floats * sizeof(float)));
+    const int64_t p0 = task * kGroup;
+    const int64_t np = std::min(kGroup, n_panels - p0);
+    for (int64_t k0 = 0; k0 < w.cols; k0 += kFloatKc) {
+      const int64_t kc = std::min(kFloatKc, w.cols - k0);
+      for (int64_t p = 0; p < np; ++p) {
+        PackFloatPanel16Avx2(w, (p0 + p) * kFloatPanelRows, k0, kc, buffer + p * panel_floats);
+      }
+      const int64_t n_tiles = (m + mr_max - 1) / mr_max;
+      for (int64_t t = 0, i0 = 0; t < n_tiles; i0 += BalancedTile(m, n_tiles, t++)) {
+        const int mr = BalancedTile(m, n_tiles, t);
+        for (int64_t p = 0; p < np; ++p) {
+          const int64_t r0 = (p0 + p) * kFloatPanelRows;
+          const int nvalid = static_cast<int>(std::min<int64_t>(kFloatPanelRows, w.rows - r0));
+          tile(mr, buffer + p * panel_floats, kc, x + i0 * w.cols + k0, w.cols,
+               y + i0 * w.rows + r0, w.rows, nvalid, k0 > 0);
+        }
+      }
+    }
+  });
+}
+
+void QuantGemmPanels(const WeightView& w, const QuantizedActs& xa, int64_t m, float* y,
+                     base::ThreadPool& pool, int panel_rows, int64_t panel_bytes, int mr_max,
+                     int64_t budget_bytes, absl::FunctionRef<void(int64_t r0, uint8_t* out)> pack,
+                     absl::FunctionRef<void(int mr, const uint8_t* panel, const QuantizedActs& xa,
+                                            float* y, int nvalid)>
+                         tile) {
+  const int64_t n_panels = (w.rows + panel_rows - 1) / panel_rows;
+  const int64_t group = m <= mr_max ? 1 : std::clamp<int64_t>(budget_bytes / panel_bytes, 1, 8);
+  // Enough tasks to balance the threads, each a whole number of groups.
+  const int64_t target_tasks = int64_t{pool.num_threads()} * 8;
+  const int64_t per_task =
+      std::max<int64_t>(group, (n_panels + target_tasks - 1) / target_tasks / group * group);
+  const int64_t n_tasks = (n_panels + per_task - 1) / per_task;
+  pool.Run(n_tasks, [&](int64_t task, int /*thread*/) {
+    static thread_local ScratchBuffer scratch;
+    auto* buffer = static_cast<uint8_t*>(scratch.Get(group * panel_bytes));
+    const int64_t p_end = std::min(n_panels, (task + 1) * per_task);
+    for (int64_t p0 = task * per_task; p0 < p_end; p0 += group) {
+      const int64_t np = std::min(group, p_end - p0);
+      for (int64_t p = 0; p < np; ++p) {
+        pack((p0 + p) * panel_rows, buffer + p * panel_bytes);
+      }
+      const int64_t n_tiles = (m + mr_max - 1) / mr_max;
+      for (int64_t t = 0, i0 = 0; t < n_tiles; i0 += BalancedTile(m, n_tiles, t++)) {
+        const int mr = BalancedTile(m, n_tiles, t);
+        const QuantizedActs xi = RowsFrom(xa, i0, w.cols);
+        for (int64_t p = 0; p < np; ++p) {
+          const int64_t r0 = (p0 + p) * panel_rows;
+          const int nvalid = static_cast<int>(std::min<int64_t>(panel_rows, w.rows - r0));
+          tile(mr, buffer + p * panel_bytes, xi, y + i0 * w.rows + r0, nvalid);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace internal
+
+Isa DetectIsa() {
+  static const Isa isa = DetectIsaUncached();
+  return isa;
+}
+
+void SetActiveIsa(Isa isa) {
+  const Isa best = DetectIsa();
+  if (static_cast<int>(isa) > static_cast<int>(best)) {
+    isa = best;
+  }
+  ActiveIsaSlot().store(static_cast<int>(isa), std::memory_order_relaxed);
+}
+
+Isa ActiveIsa() { return static_cast<Isa>(ActiveIsaSlot().load(std::memory_order_relaxed)); }
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx512Vnni:
+      return "avx512vnni";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<WeightMatrix> WeightMatrix::Create(GgmlType type, const void* data, int64_t rows,
+                                                  int64_t cols) {
+  switch (type) {
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("WeightMatrix: unsupported type id ", static_cast<uint32_t>(type)));
+  }
+  if (rows <= 0 || cols <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("WeightMatrix: bad shape ", rows, "x", cols));
+  }
+  if (cols % BlockSize(type) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WeightMatrix: cols ", cols, " not a multiple of the block size ", BlockSize(type)));
+  }
+  if (data == nullptr) {
+    return absl::InvalidArgumentError("WeightMatrix: null data");
+  }
+  // The kernels repack panels per call into per-thread buffers (cheap next to
+  // the multiply and cache-resident), so weights are always borrowed in their
+  // GGUF layout: an mmap'd file is read in place and costs no extra memory.
+  WeightMatrix w;
+  w.type_ = type;
+  w.rows_ = rows;
+  w.cols_ = cols;
+  w.data_ = static_cast<const uint8_t*>(data);
+  return w;
+}
+
+void WeightMatrix::DequantizeRowTo(int64_t r, float* out) const {
+  DCHECK_GE(r, 0);
+  DCHECK_LT(r, rows_);
+  internal::DequantizeRowScalar(ViewOf(type_, data_, rows_, cols_), r, out);
+}
+
+void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::ThreadPool& caller_pool) {
+  if (m <= 0 || w.rows_ == 0) {
+    return;
+  }
+  const WeightView v = ViewOf(w.type_, w.data_, w.rows_, w.cols_);
+  // Below ~256k multiply-adds a job costs more to hand out than it saves
+  // (a tiny model's whole decode step is a few of these): run it here.
+  static thread_local base::ThreadPool serial(1);
+  base::ThreadPool& pool = m * w.rows_ * w.cols_ < (int64_t{1} << 18) ? serial : caller_pool;
+  switch (ActiveIsa()) {
+    case Isa::kAvx512Vnni:
+      internal::MatMulAvx512(v, x, m, y, pool, /*vnni=*/true);
+      return;
+    case Isa::kAvx512:
+      internal::MatMulAvx512(v, x, m, y, pool, /*vnni=*/false);
+      return;
+    case Isa::kAvx2:
+      internal::MatMulAvx2(v, x, m, y, pool);
+      return;
+    case Isa::kScalar:
+      internal::MatMulScalar(v, x, m, y, pool);
+      return;
+  }
+}
+
+void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* out) {
+  if (ActiveIsa() == Isa::kScalar) {
+    internal::RmsNormScalar(x, weight, rows, n, eps, out);
+  } else {
+    internal::RmsNormAvx2(x, weight, rows, n, eps, out);
+  }
+}
+
+void Rope(float* x, int n_heads, int head_dim, int rot_dim, int32_t position, const float* inv_freq,
+          RopeStyle style) {
+  DCHECK_LE(rot_dim, head_dim);
+  DCHECK_EQ(rot_dim % 2, 0);
+  const int half = rot_dim / 2;
+  static thread_local std::vector<float> cs;
+  cs.resize(2 * static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) {
+    const float theta = static_cast<float>(position) * inv_freq[i];
+    cs[2 * i] = std::cos(theta);
+    cs[2 * i + 1] = std::sin(theta);
+  }
+  for (int h = 0; h < n_heads; ++h) {
+    float* xh = x + static_cast<int64_t>(h) * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const int a = style == RopeStyle::kNormal ? 2 * i : i;
+      const int b = style == RopeStyle::kNormal ? 2 * i + 1 : i + half;
+      const float c = cs[2 * i];
+      const float s = cs[2 * i + 1];
+      const float x0 = xh[a];
+      const float x1 = xh[b];
+      xh[a] = x0 * c - x1 * s;
+      xh[b] = x0 * s + x1 * c;
+    }
+  }
+}
+
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  if (ActiveIsa() == Isa::kScalar) {
+    internal::SwiGluScalar(gate, up, n, out);
+  } else {
+    internal::SwiGluAvx2(gate, up, n, out);
+  }
+}
+
+void PagedAttention(const float* q, int64_t n_tokens, const int32_t* positions,
+                    const int32_t* const* block_tables, const PagedKv& kv, int n_heads, float scale,
+                    float* out, base::ThreadPool& pool) {
+  if (n_tokens <= 0) {
+    return;
+  }
+  DCHECK_GT(kv.n_kv_heads, 0);
+  DCHECK_EQ(n_heads % kv.n_kv_heads, 0);
+  DCHECK(kv.dtype == GgmlType::kF32 || kv.dtype == GgmlType::kF16);
+  const int group = n_heads / kv.n_kv_heads;
+  const int hd = kv.head_dim;
+  const int bs = kv.block_size;
+  const int64_t elt = kv.dtype == GgmlType::kF16 ? 2 : 4;
+  const int64_t head_stride = int64_t{bs} * hd * elt;        // one KV head of one block
+  const int64_t block_stride = head_stride * kv.n_kv_heads;  // one block
+  const internal::AttendBlockFn attend =
+      ActiveIsa() == Isa::kScalar ? internal::AttendBlockScalar : internal::AttendBlockAvx2;
+  // Keys per AttendBlock call (bounds its score buffer).
+  constexpr int kChunk = 64;
+  // One task per (token, KV head): the query heads of a GQA group share every
+  // K/V block they read, so it is loaded into L1 once for all of them.
+  pool.Run(n_tokens * kv.n_kv_heads, [&](int64_t task, int /*thread*/) {
+    const int64_t t = task / kv.n_kv_heads;
+    const int h = static_cast<int>(task % kv.n_kv_heads);
+    static thread_local std::vector<float> state;
+    state.resize(static_cast<size_t>(group) * (2 * hd + 2));
+    float* qs = state.data();
+    float* acc = qs + static_cast<size_t>(group) * hd;
+    float* mx = acc + static_cast<size_t>(group) * hd;
+    float* l = mx + group;
+    const float* qt = q + (t * n_heads + int64_t{h} * group) * hd;
+    for (int64_t j = 0; j < int64_t{group} * hd; ++j) {
+      qs[j] = qt[j] * scale;
+      acc[j] = 0.0f;
+    }
+    for (int g = 0; g < group; ++g) {
+      mx[g] = -std::numeric_limits<float>::infinity();
+      l[g] = 0.0f;
+    }
+    const int64_t n_keys = int64_t{positions[t]} + 1;
+    DCHECK_GE(positions[t], 0);
+    const int32_t* table = block_tables[t];
+    const auto* kbase = static_cast<const uint8_t*>(kv.k);
+    const auto* vbase = static_cast<const uint8_t*>(kv.v);
+    for (int64_t blk = 0; blk * bs < n_keys; ++blk) {
+      const int32_t id = table[blk];
+      DCHECK_GE(id, 0) << "token " << t << " block " << blk;
+      const int64_t off = id * block_stride + h * head_stride;
+      const int n = static_cast<int>(std::min<int64_t>(bs, n_keys - blk * bs));
+      for (int j0 = 0; j0 < n; j0 += kChunk) {
+        const int64_t sub = int64_t{j0} * hd * elt;
+        attend(qs, group, kbase + off + sub, vbase + off + sub, kv.dtype, std::min(kChunk, n - j0),
+               hd, mx, l, acc);
+      }
+    }
+    float* ot = out + (t * n_heads + int64_t{h} * group) * hd;
+    for (int g = 0; g < group; ++g) {
+      const float inv = 1.0f / l[g];
+      for (int d = 0; d < hd; ++d) {
+        ot[g * hd + d] = acc[g * hd + d] * inv;
+      }
+    }
+  });
+}
+
+void WriteKv(const PagedKv& kv, int32_t block, int slot, const float* k, const float* v) {
+  DCHECK_GE(block, 0);
+  DCHECK_GE(slot, 0);
+  DCHECK_LT(slot, kv.block_size);
+  const int hd = kv.head_dim;
+  for (int h = 0; h < kv.n_kv_heads; ++h) {
+    const int64_t dst = ((int64_t{block} * kv.n_kv_heads + h) * kv.block_size + slot) * hd;
+    const float* ks = k + int64_t{h} * hd;
+    const float* vs = v + int64_t{h} * hd;
+    if (kv.dtype == GgmlType::kF16) {
+      auto* kd = static_cast<uint16_t*>(kv.k) + dst;
+      auto* vd = static_cast<uint16_t*>(kv.v) + dst;
+      for (int d = 0; d < hd; ++d) {
+        kd[d] = internal::FloatToHalf(ks[d]);
+        vd[d] = internal::FloatToHalf(vs[d]);
+      }
+    } else {
+      std::memcpy(static_cast<float*>(kv.k) + dst, ks, hd * sizeof(float));
+      std::memcpy(static_cast<float*>(kv.v) + dst, vs, hd * sizeof(float));
+    }
+  }
+}
+
+}  // namespace tandem::engine

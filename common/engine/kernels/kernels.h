@@ -1,0 +1,102 @@
+#pragma once
+// CPU compute kernels with run-time ISA dispatch (AVX-512/VNNI, AVX2+FMA+F16C,
+// scalar). The scalar path is the readable reference; every SIMD path is
+// tested against it. All functions are thread-compatible; parallel ones take
+// the ThreadPool they run on.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/engine/format/ggml_type.h"
+#include "common/base/thread_pool.h"
+
+namespace tandem::engine {
+
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3 };
+
+// Best ISA this CPU supports.
+Isa DetectIsa();
+// The ISA kernels dispatch to (initially DetectIsa()). Setting one the CPU
+// lacks is clamped to the best supported one. For tests and tools comparing paths.
+void SetActiveIsa(Isa isa);
+Isa ActiveIsa();
+const char* IsaName(Isa isa);
+
+// A weight matrix of `rows` output features by `cols` inputs, each row stored
+// in `type` (F32, F16, BF16, Q8_0, Q4_0). May repack the data at creation for
+// faster kernels (so it may own memory) or borrow `data` (which must then
+// outlive it). `cols` must be a multiple of the type's block size.
+class WeightMatrix {
+ public:
+  static absl::StatusOr<WeightMatrix> Create(GgmlType type, const void* data, int64_t rows,
+                                             int64_t cols);
+  WeightMatrix() = default;
+  WeightMatrix(WeightMatrix&&) = default;
+  WeightMatrix& operator=(WeightMatrix&&) = default;
+
+  GgmlType type() const { return type_; }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  // Bytes a full pass over the weights reads (for bandwidth accounting).
+  int64_t bytes() const { return GgmlRowBytes(type_, cols_) * rows_; }
+  // Row r as floats (for embedding lookups and tests).
+  void DequantizeRowTo(int64_t r, float* out) const;
+
+ private:
+  friend void MatMul(const WeightMatrix&, const float*, int64_t, float*, base::ThreadPool&);
+  GgmlType type_ = GgmlType::kF32;
+  int64_t rows_ = 0;
+  int64_t cols_ = 0;
+  const uint8_t* data_ = nullptr;          // row-major, GgmlRowBytes(type, cols) per row
+  std::shared_ptr<uint8_t[]> owned_;       // set if repacked (shared only to be movable/copyable cheaply)
+};
+
+// y[i][r] = sum_c x[i][c] * w[r][c] for i < m. x is [m][w.cols()] row-major,
+// y is [m][w.rows()]. For quantized weights activations are quantized to 8
+// bits per 32-block on the fly (as ggml's vec_dot_q*_0_q8_0). One code path
+// serves batch 1 (bandwidth-bound) and large m (blocked GEMM, compute-bound).
+void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::ThreadPool& pool);
+
+// out[i] = x[i] / sqrt(mean(x^2) + eps) * weight, for each of `rows` rows of n.
+void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* out);
+
+// Rotary embedding in place on `n_heads` heads of `head_dim` for one token at
+// `position`. inv_freq has rot_dim/2 entries (llama3 scaling folded in);
+// dims >= rot_dim are left alone. kNormal rotates adjacent pairs (2i, 2i+1)
+// (GGUF llama layout); kNeox rotates (i, i + rot_dim/2) (qwen2).
+enum class RopeStyle { kNormal, kNeox };
+void Rope(float* x, int n_heads, int head_dim, int rot_dim, int32_t position,
+          const float* inv_freq, RopeStyle style);
+
+// out[i] = silu(gate[i]) * up[i].
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
+
+// The paged KV of one layer: K and V pools laid out
+// [num_blocks][n_kv_heads][block_size][head_dim] in `dtype` (F32 or F16).
+struct PagedKv {
+  void* k = nullptr;
+  void* v = nullptr;
+  GgmlType dtype = GgmlType::kF32;
+  int block_size = 16;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// Causal attention for a batch of query tokens from any number of sequences.
+// Token t has query q[t][n_heads][head_dim] at absolute position positions[t]
+// and attends keys 0..positions[t] of its sequence, read through
+// block_tables[t] (block ids of that sequence, in order). GQA: head h reads kv
+// head h / (n_heads / n_kv_heads). Online softmax over key blocks: never
+// materializes a score row longer than one block. out is [t][n_heads][head_dim].
+void PagedAttention(const float* q, int64_t n_tokens, const int32_t* positions,
+                    const int32_t* const* block_tables, const PagedKv& kv, int n_heads,
+                    float scale, float* out, base::ThreadPool& pool);
+
+// Writes one token's K and V (n_kv_heads * head_dim floats each) into slot
+// `slot` of block `block` of a layer's pool (converting to kv.dtype).
+void WriteKv(const PagedKv& kv, int32_t block, int slot, const float* k, const float* v);
+
+}  // namespace tandem::engine

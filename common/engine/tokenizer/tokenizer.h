@@ -1,0 +1,86 @@
+#pragma once
+// Tokenizers built from GGUF metadata (tokenizer.ggml.*):
+//  - "llama": SentencePiece-style BPE over scores, with byte fallback
+//    (<0xXX> tokens), a leading-space prefix and "▁" for spaces, as llama.cpp's
+//    llm_tokenizer_spm.
+//  - "gpt2": byte-level BPE over merges with a pre-tokenizer chosen by
+//    tokenizer.ggml.pre ("default"/"gpt-2", "llama-bpe"/"llama3", "qwen2", ...).
+// Special / control tokens in the text are matched before BPE when
+// `parse_special` is set (as llama.cpp's tokenize with parse_special=true).
+//
+// Immutable after construction; safe to use from any thread.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/engine/format/gguf.h"
+
+namespace tandem::engine {
+
+using TokenId = int32_t;
+
+enum class TokenType : int32_t {
+  kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5,
+  kByte = 6,
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // InvalidArgument naming the key when metadata is missing or malformed, or
+  // the model / pre-tokenizer kind is unknown (the message lists known ones).
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
+
+  // Encodes UTF-8 text. Adds BOS when `add_bos` (and the vocab has one).
+  // Invalid UTF-8 is InvalidArgument with the byte offset.
+  virtual absl::StatusOr<std::vector<TokenId>> Encode(absl::string_view text, bool add_bos,
+                                                      bool parse_special) const = 0;
+
+  // The bytes a token stands for when detokenizing (SPM: "▁" -> " ", <0x0A> ->
+  // "\n"; BPE: byte-level unicode mapped back to bytes). Control tokens give "".
+  // May be an incomplete UTF-8 sequence; callers buffer (see Detokenizer).
+  virtual std::string TokenToPiece(TokenId id) const = 0;
+  // Concatenated pieces; the SPM prefix space of the first non-control token
+  // is dropped, so Decode(Encode(s, add_bos)) == s for ordinary text.
+  virtual std::string Decode(absl::Span<const TokenId> ids) const = 0;
+
+  int32_t vocab_size() const { return static_cast<int32_t>(tokens_.size()); }
+  const std::string& token_text(TokenId id) const { return tokens_[id]; }
+  TokenType token_type(TokenId id) const { return types_[id]; }
+  TokenId bos_id() const { return bos_id_; }   // -1 when none
+  TokenId eos_id() const { return eos_id_; }   // -1 when none
+  // End-of-generation ids: eos plus eot / eom / im_end style tokens the vocab defines.
+  const std::vector<TokenId>& eog_ids() const { return eog_ids_; }
+  bool add_bos() const { return add_bos_; }
+  bool IsEog(TokenId id) const;
+
+ protected:
+  std::vector<std::string> tokens_;
+  std::vector<TokenType> types_;
+  TokenId bos_id_ = -1;
+  TokenId eos_id_ = -1;
+  std::vector<TokenId> eog_ids_;
+  bool add_bos_ = false;
+};
+
+// Incremental detokenizer: feed ids one at a time, get the text that is
+// complete so far. Never splits a UTF-8 code point; bytes of an incomplete
+// sequence are held until it completes (or Flush()).
+class Detokenizer {
+ public:
+  explicit Detokenizer(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  std::string Push(TokenId id);
+  std::string Flush();  // pending bytes, invalid ones as U+FFFD
+
+ private:
+  const Tokenizer& tokenizer_;
+  std::string pending_;
+};
+
+}  // namespace tandem::engine

@@ -1,0 +1,76 @@
+// tandem-quantize IN OUT TYPE: converts an F32/F16/BF16 GGUF to Q8_0 or Q4_0 the
+// way llama.cpp's quantize tool does (see QuantizeGgufFile in common/engine/format/gguf.h).
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_join.h"
+#include "common/engine/format/ggml_type.h"
+#include "common/engine/format/gguf.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: tandem-quantize IN.gguf OUT.gguf TYPE\n"
+    "\n"
+    "Converts an F32/F16/BF16 GGUF model to TYPE, one of Q8_0 or Q4_0 (case-insensitive),\n"
+    "as llama.cpp's quantize does without an importance matrix:\n"
+    "  - tensors named *weight with 2 or more dims whose row length (dim 0) is a multiple\n"
+    "    of 32 are quantized to TYPE; *_norm.weight, ffn_gate_inp.weight (MoE router),\n"
+    "    position and token-type embeddings are not;\n"
+    "  - with Q4_0, output.weight (or token_embd.weight when the model has no output.weight,\n"
+    "    i.e. tied embeddings) is stored as Q8_0: llama.cpp keeps the output tensor at\n"
+    "    higher precision (Q6_K, falling back to Q8_0), and Q8_0 is the nearest we have;\n"
+    "  - every other tensor (1-D norms, biases, rope_freqs) is copied unchanged;\n"
+    "  - all metadata is kept; general.file_type is set to 7 (Q8_0) or 2 (Q4_0) and\n"
+    "    general.quantization_version to 2.\n"
+    "Inputs whose quantizable tensors are already quantized are refused.\n";
+
+std::string Dims(const std::vector<int64_t>& dims) { return "[" + absl::StrJoin(dims, ", ") + "]"; }
+
+double Mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (argc != 4) {
+    std::fprintf(stderr, "tandem-quantize: expected 3 arguments, got %d\n\n%s", argc - 1, kUsage);
+    return 2;
+  }
+  const std::string in = argv[1];
+  const std::string out = argv[2];
+  absl::StatusOr<tandem::engine::GgmlType> type = tandem::engine::GgmlTypeFromName(argv[3]);
+  if (!type.ok() || (*type != tandem::engine::GgmlType::kQ8_0 && *type != tandem::engine::GgmlType::kQ4_0)) {
+    std::fprintf(stderr, "tandem-quantize: unsupported TYPE '%s' (valid: Q8_0, Q4_0)\n", argv[3]);
+    return 2;
+  }
+
+  tandem::engine::GgufQuantizeReport report;
+  absl::Status s = tandem::engine::QuantizeGgufFile(in, out, *type, &report);
+  if (!s.ok()) {
+    std::fprintf(stderr, "tandem-quantize: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  const size_t n = report.tensors.size();
+  for (size_t i = 0; i < n; ++i) {
+    const tandem::engine::GgufQuantizeTensorReport& t = report.tensors[i];
+    const bool converted = t.from != t.to;
+    std::printf("[%4zu/%4zu] %-40s %-22s %4s -> %-4s %10.3f KiB -> %10.3f KiB%s\n", i + 1, n,
+                t.name.c_str(), Dims(t.dims).c_str(),
+                std::string(tandem::engine::GgmlTypeName(t.from)).c_str(),
+                std::string(tandem::engine::GgmlTypeName(t.to)).c_str(), t.bytes_before / 1024.0,
+                t.bytes_after / 1024.0, converted ? "" : " (copied)");
+  }
+  std::printf("tensor data: %.3f MiB -> %.3f MiB (%.1f%%)\n", Mib(report.bytes_before),
+              Mib(report.bytes_after),
+              report.bytes_before > 0 ? 100.0 * report.bytes_after / report.bytes_before : 100.0);
+  std::printf("file size:   %.3f MiB -> %.3f MiB\n", Mib(report.file_bytes_before),
+              Mib(report.file_bytes_after));
+  std::printf("wrote %s (%s)\n", out.c_str(), std::string(tandem::engine::GgmlTypeName(*type)).c_str());
+  return 0;
+}

@@ -1,0 +1,61 @@
+#pragma once
+// WorkerControlService: tandem.v1.Control/Watch for a prefill or decode
+// worker. Each Watch stream starts with a WorkerSnapshot (worker id, role,
+// model, KV layout, current load), then carries a WorkerLoad whenever the
+// load changes (PublishLoad) and a heartbeat every `heartbeat_interval`.
+// Load updates a slow watcher has not received yet are coalesced (only the
+// newest is sent).
+//
+// Thread-safe. Owns one heartbeat thread (joined by Shutdown()). The service
+// must outlive the grpc::Server it is registered with (shut the server down
+// first), since stream reactors call back into it until they are done.
+
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem::serving {
+
+class WorkerControlService final : public tandem::v1::Control::CallbackService {
+ public:
+  // `snapshot` holds everything but the load (taken from PublishLoad).
+  WorkerControlService(tandem::v1::WorkerSnapshot snapshot, absl::Duration heartbeat_interval);
+  ~WorkerControlService() override;
+
+  // Any thread. Sets the snapshot's worker id (known once the port is bound,
+  // which is after the service is registered).
+  void set_worker_id(const std::string& id);
+  // Any thread. Makes `load` current and sends it to every watcher when it
+  // differs from the previous one.
+  void PublishLoad(const tandem::v1::WorkerLoad& load);
+  tandem::v1::WorkerLoad load() const;
+  int num_watchers() const;
+
+  // Ends every stream with OK, refuses new ones (UNAVAILABLE) and joins the
+  // heartbeat thread. Idempotent.
+  void Shutdown();
+
+  grpc::ServerWriteReactor<tandem::v1::WorkerEvent>* Watch(
+      grpc::CallbackServerContext* context, const tandem::v1::WatchRequest* request) override;
+
+ private:
+  class Watcher;
+  void Remove(Watcher* w);
+  void HeartbeatLoop();
+
+  const absl::Duration heartbeat_interval_;
+  mutable absl::Mutex mu_;
+  tandem::v1::WorkerSnapshot snapshot_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<Watcher*> watchers_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Notification stop_;
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace tandem::serving

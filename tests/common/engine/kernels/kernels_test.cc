@@ -1,0 +1,589 @@
+// Kernel tests: every ISA path this CPU supports against the scalar reference
+// and against double-precision math on the dequantized weights. All inputs
+// come from fixed seeds, printed (SCOPED_TRACE) on failure.
+//
+// Tolerances (u = 2^-24, the fp32 unit roundoff; S = sum_c |w_c * x_c|):
+//  * Float weights (F32/F16/BF16 convert to fp32 exactly): any fp32 summation
+//    order of K products satisfies |y - y_exact| <= K * u * S (recursive
+//    summation bound gamma_K ~ K*u), so each path gets that bound and two paths
+//    differ by at most twice it.
+//  * Quantized weights: activations are quantized per 32-block with step
+//    d = amax/127 and round-to-nearest, so |x_c - d*q_c| <= amax_b / 254, giving
+//    |y - y_exact| <= Q = sum_b (amax_b/254) * sum_{c in b} |w_c|, plus fp32
+//    rounding of the per-block terms (nb + 4) * u * (S + Q). Between ISA paths
+//    the activation bits and the integer block sums are identical (tested by
+//    the tight bound), so only the fp32 accumulation of nb block terms differs.
+// Within one ISA every path is batch-invariant: a row's output bits do not
+// depend on m or on the row's position in the batch (checked bitwise).
+
+#include "common/engine/kernels/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/engine/format/ggml_type.h"
+#include "common/base/thread_pool.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tandem::engine {
+namespace {
+
+using ::tandem::testing::StatusIs;
+
+constexpr double kU = 1.0 / (1 << 24);
+
+// Restores the active ISA when a test ends.
+class IsaGuard {
+ public:
+  IsaGuard() : saved_(ActiveIsa()) {}
+  ~IsaGuard() { SetActiveIsa(saved_); }
+
+ private:
+  Isa saved_;
+};
+
+// Every ISA this machine can run, scalar first.
+std::vector<Isa> SupportedIsas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    if (static_cast<int>(isa) <= static_cast<int>(DetectIsa())) {
+      isas.push_back(isa);
+    }
+  }
+  return isas;
+}
+
+std::vector<float> RandomFloats(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& f : v) {
+    f = dist(rng);
+  }
+  return v;
+}
+
+// Weights of `type` built from random floats (with a few outlier rows and a
+// zero block to exercise scales), stored in GGUF layout.
+std::vector<uint8_t> MakeWeights(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
+  std::vector<float> f = RandomFloats(rows * cols, seed, 0.5f);
+  if (rows > 2) {
+    for (int64_t c = 0; c < cols; ++c) {
+      f[1 * cols + c] *= 50.0f;  // a large-scale row
+    }
+    for (int64_t c = 0; c < std::min<int64_t>(cols, 32); ++c) {
+      f[2 * cols + c] = 0.0f;  // an all-zero block
+    }
+  }
+  const int64_t row_bytes = GgmlRowBytes(type, cols);
+  std::vector<uint8_t> data(rows * row_bytes);
+  for (int64_t r = 0; r < rows; ++r) {
+    QuantizeRow(type, f.data() + r * cols, data.data() + r * row_bytes, cols);
+  }
+  return data;
+}
+
+struct Reference {
+  std::vector<double> y;      // exact math on dequantized weights
+  std::vector<double> abs;    // S: sum |w x|
+  std::vector<double> quant;  // Q: activation quantization bound (0 for float types)
+};
+
+Reference NaiveMatMul(const WeightMatrix& w, const std::vector<float>& x, int64_t m) {
+  const int64_t rows = w.rows();
+  const int64_t cols = w.cols();
+  const bool quantized = w.type() == GgmlType::kQ8_0 || w.type() == GgmlType::kQ4_0;
+  Reference ref;
+  ref.y.assign(m * rows, 0.0);
+  ref.abs.assign(m * rows, 0.0);
+  ref.quant.assign(m * rows, 0.0);
+  std::vector<float> row(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    w.DequantizeRowTo(r, row.data());
+    for (int64_t i = 0; i < m; ++i) {
+      const float* xi = x.data() + i * cols;
+      double acc = 0.0, abs = 0.0, quant = 0.0;
+      for (int64_t c = 0; c < cols; ++c) {
+        acc += static_cast<double>(row[c]) * xi[c];
+        abs += std::fabs(static_cast<double>(row[c]) * xi[c]);
+      }
+      if (quantized) {
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          double amax = 0.0, wsum = 0.0;
+          for (int j = 0; j < 32; ++j) {
+            amax = std::max(amax, std::fabs(static_cast<double>(xi[b * 32 + j])));
+            wsum += std::fabs(static_cast<double>(row[b * 32 + j]));
+          }
+          quant += amax / 254.0 * wsum;
+        }
+      }
+      ref.y[i * rows + r] = acc;
+      ref.abs[i * rows + r] = abs;
+      ref.quant[i * rows + r] = quant;
+    }
+  }
+  return ref;
+}
+
+struct MatMulCase {
+  GgmlType type;
+  int64_t rows;
+  int64_t cols;
+  int64_t m;
+};
+
+std::string CaseName(const MatMulCase& c) {
+  return absl::StrCat(GgmlTypeName(c.type), " rows=", c.rows, " cols=", c.cols, " m=", c.m);
+}
+
+void CheckMatMul(const MatMulCase& c, uint32_t seed) {
+  SCOPED_TRACE(absl::StrCat(CaseName(c), " seed=", seed));
+  IsaGuard guard;
+  const std::vector<uint8_t> data = MakeWeights(c.type, c.rows, c.cols, seed);
+  ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(c.type, data.data(), c.rows, c.cols));
+  std::vector<float> x = RandomFloats(c.m * c.cols, seed + 1);
+  if (c.m > 1) {
+    for (int64_t k = 0; k < std::min<int64_t>(c.cols, 32); ++k) {
+      x[c.cols + k] = 0.0f;  // an all-zero activation block (scale 0)
+    }
+  }
+  const Reference ref = NaiveMatMul(w, x, c.m);
+  const bool quantized = c.type == GgmlType::kQ8_0 || c.type == GgmlType::kQ4_0;
+  const double nb = static_cast<double>(c.cols) / 32.0;
+  auto bound_exact = [&](int64_t j) {
+    return quantized ? ref.quant[j] + (nb + 4) * kU * (ref.abs[j] + ref.quant[j])
+                     : c.cols * kU * ref.abs[j] + 1e-30;
+  };
+  auto bound_paths = [&](int64_t j) {
+    return quantized ? 2 * (nb + 4) * kU * (ref.abs[j] + ref.quant[j]) + 1e-30
+                     : 2 * c.cols * kU * ref.abs[j] + 1e-30;
+  };
+
+  base::ThreadPool pool1(1);
+  base::ThreadPool pool3(3);
+  std::vector<float> y_scalar;
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    SetActiveIsa(isa);
+    ASSERT_EQ(ActiveIsa(), isa);
+    std::vector<float> y(c.m * c.rows, -1.0f);
+    MatMul(w, x.data(), c.m, y.data(), pool3);
+    // The result does not depend on the thread count (fixed reduction order).
+    std::vector<float> y1(c.m * c.rows, -2.0f);
+    MatMul(w, x.data(), c.m, y1.data(), pool1);
+    ASSERT_EQ(y, y1);
+    // Batch invariance: a row's result is bitwise the same whatever else
+    // shares the call (alone, or at another position of a smaller batch), so
+    // a sequence's tokens do not depend on the serving batch.
+    for (int64_t i0 : {int64_t{0}, c.m / 2, c.m - 1}) {
+      for (int64_t n : {int64_t{1}, c.m - i0}) {
+        std::vector<float> ys(n * c.rows, -3.0f);
+        MatMul(w, x.data() + i0 * c.cols, n, ys.data(), pool3);
+        ASSERT_TRUE(std::equal(ys.begin(), ys.end(), y.begin() + i0 * c.rows))
+            << "rows [" << i0 << ", " << i0 + n << ") of the batch differ from the batch of "
+            << c.m;
+      }
+    }
+    for (int64_t j = 0; j < c.m * c.rows; ++j) {
+      ASSERT_LE(std::fabs(y[j] - ref.y[j]), bound_exact(j))
+          << "i=" << j / c.rows << " r=" << j % c.rows << " got " << y[j] << " want " << ref.y[j];
+    }
+    if (isa == Isa::kScalar) {
+      y_scalar = y;
+    } else {
+      for (int64_t j = 0; j < c.m * c.rows; ++j) {
+        ASSERT_LE(std::fabs(y[j] - y_scalar[j]), bound_paths(j))
+            << "vs scalar: i=" << j / c.rows << " r=" << j % c.rows;
+      }
+    }
+  }
+}
+
+TEST(MatMulTest, AllTypesOddShapes) {
+  uint32_t seed = 1000;
+  for (GgmlType type :
+       {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    const bool quantized = type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0;
+    const std::vector<int64_t> col_set =
+        quantized ? std::vector<int64_t>{32, 96, 288} : std::vector<int64_t>{8, 37, 96, 300};
+    for (int64_t rows : {1, 7, 13, 33, 69}) {
+      for (int64_t cols : col_set) {
+        for (int64_t m : {1, 2, 3, 5, 17, 64}) {
+          CheckMatMul({type, rows, cols, m}, ++seed);
+        }
+      }
+    }
+  }
+}
+
+TEST(MatMulTest, LargerShapesCrossPanelAndChunkBoundaries) {
+  // cols spans several float K-chunks (256) and quantized panel groups.
+  uint32_t seed = 5000;
+  for (GgmlType type :
+       {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    CheckMatMul({type, 203, 1056, 1}, ++seed);
+    CheckMatMul({type, 203, 1056, 19}, ++seed);
+    CheckMatMul({type, 517, 640, 64}, ++seed);
+  }
+}
+
+TEST(MatMulTest, ZeroActivationsGiveZero) {
+  IsaGuard guard;
+  base::ThreadPool pool(2);
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    const std::vector<uint8_t> data = MakeWeights(type, 9, 64, 7);
+    ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(type, data.data(), 9, 64));
+    std::vector<float> x(2 * 64, 0.0f);
+    for (Isa isa : SupportedIsas()) {
+      SetActiveIsa(isa);
+      std::vector<float> y(2 * 9, 1.0f);
+      MatMul(w, x.data(), 2, y.data(), pool);
+      for (float v : y) {
+        EXPECT_EQ(v, 0.0f) << IsaName(isa) << " " << GgmlTypeName(type);
+      }
+    }
+  }
+}
+
+TEST(WeightMatrixTest, CreateValidates) {
+  std::vector<uint8_t> data(1024);
+  EXPECT_THAT(WeightMatrix::Create(GgmlType::kQ8_0, data.data(), 2, 33),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("multiple")));
+  EXPECT_THAT(WeightMatrix::Create(GgmlType::kF32, data.data(), 0, 4),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("shape")));
+  EXPECT_THAT(WeightMatrix::Create(GgmlType::kF32, nullptr, 1, 4),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("null")));
+  EXPECT_THAT(WeightMatrix::Create(static_cast<GgmlType>(3), data.data(), 1, 32),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("type")));
+  ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(GgmlType::kQ4_0, data.data(), 3, 64));
+  EXPECT_EQ(w.rows(), 3);
+  EXPECT_EQ(w.cols(), 64);
+  EXPECT_EQ(w.bytes(), 3 * 2 * 18);
+}
+
+TEST(WeightMatrixTest, DequantizeRowMatchesGgml) {
+  for (GgmlType type :
+       {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    const std::vector<uint8_t> data = MakeWeights(type, 5, 96, 11);
+    ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(type, data.data(), 5, 96));
+    std::vector<float> got(96), want(96);
+    for (int64_t r = 0; r < 5; ++r) {
+      w.DequantizeRowTo(r, got.data());
+      DequantizeRow(type, data.data() + r * GgmlRowBytes(type, 96), want.data(), 96);
+      EXPECT_EQ(got, want) << GgmlTypeName(type) << " row " << r;
+    }
+  }
+}
+
+TEST(IsaTest, SetActiveIsaClampsToDetected) {
+  IsaGuard guard;
+  SetActiveIsa(Isa::kAvx512Vnni);
+  EXPECT_LE(static_cast<int>(ActiveIsa()), static_cast<int>(DetectIsa()));
+  SetActiveIsa(Isa::kScalar);
+  EXPECT_EQ(ActiveIsa(), Isa::kScalar);
+  EXPECT_STREQ(IsaName(Isa::kAvx2), "avx2");
+}
+
+// ---------------------------------------------------------------------------
+// RmsNorm, SwiGlu, Rope
+// ---------------------------------------------------------------------------
+
+TEST(RmsNormTest, MatchesDouble) {
+  IsaGuard guard;
+  for (int64_t n : {1, 7, 64, 100, 2048}) {
+    const uint32_t seed = 300 + static_cast<uint32_t>(n);
+    SCOPED_TRACE(absl::StrCat("n=", n, " seed=", seed));
+    const int64_t rows = 3;
+    std::vector<float> x = RandomFloats(rows * n, seed, 3.0f);
+    std::vector<float> weight = RandomFloats(n, seed + 1);
+    const float eps = 1e-5f;
+    for (Isa isa : SupportedIsas()) {
+      SetActiveIsa(isa);
+      std::vector<float> out(rows * n);
+      RmsNorm(x.data(), weight.data(), rows, n, eps, out.data());
+      for (int64_t i = 0; i < rows; ++i) {
+        double ss = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          ss += static_cast<double>(x[i * n + j]) * x[i * n + j];
+        }
+        const double scale = 1.0 / std::sqrt(ss / n + eps);
+        for (int64_t j = 0; j < n; ++j) {
+          const double want = x[i * n + j] * scale * weight[j];
+          // Sum of squares: n*u relative; sqrt, divide and two products a few u.
+          const double tol = (n + 8) * kU * std::fabs(want) + 1e-30;
+          ASSERT_LE(std::fabs(out[i * n + j] - want), tol) << IsaName(isa) << " j=" << j;
+        }
+      }
+    }
+  }
+}
+
+// Elementwise for real: an element's result does not depend on its place
+// in the buffer (vector body or tail), which holds every token of a step.
+TEST(SwiGluTest, ElementResultIndependentOfPosition) {
+  IsaGuard guard;
+  std::vector<float> gate = RandomFloats(37, 5, 3.0f), up = RandomFloats(37, 6);
+  for (Isa isa : SupportedIsas()) {
+    SetActiveIsa(isa);
+    std::vector<float> all(37);
+    SwiGlu(gate.data(), up.data(), 37, all.data());
+    for (int64_t j = 0; j < 37; ++j) {
+      float one;
+      SwiGlu(gate.data() + j, up.data() + j, 1, &one);
+      ASSERT_EQ(one, all[j]) << IsaName(isa) << " element " << j;
+    }
+  }
+}
+
+TEST(SwiGluTest, MatchesDouble) {
+  IsaGuard guard;
+  const uint32_t seed = 42;
+  SCOPED_TRACE(absl::StrCat("seed=", seed));
+  std::vector<float> gate = RandomFloats(1001, seed, 4.0f);
+  std::vector<float> up = RandomFloats(1001, seed + 1);
+  gate[0] = -100.0f;
+  gate[1] = 100.0f;
+  gate[2] = 0.0f;
+  gate[3] = -87.0f;
+  for (Isa isa : SupportedIsas()) {
+    SetActiveIsa(isa);
+    std::vector<float> out(gate.size());
+    SwiGlu(gate.data(), up.data(), static_cast<int64_t>(gate.size()), out.data());
+    for (size_t i = 0; i < gate.size(); ++i) {
+      const double g = gate[i];
+      const double want = g / (1.0 + std::exp(-g)) * up[i];
+      // exp is a polynomial with a few ulp error; the rest is 3 roundings.
+      ASSERT_LE(std::fabs(out[i] - want), 16 * kU * std::fabs(want) + 1e-30)
+          << IsaName(isa) << " i=" << i << " gate=" << g;
+    }
+  }
+}
+
+TEST(RopeTest, BothStylesMatchDirectFormula) {
+  const int n_heads = 3;
+  const int head_dim = 16;
+  for (RopeStyle style : {RopeStyle::kNormal, RopeStyle::kNeox}) {
+    for (int rot_dim : {16, 8}) {
+      for (int32_t pos : {0, 1, 17, 4095}) {
+        const uint32_t seed = 77 + pos + rot_dim;
+        SCOPED_TRACE(absl::StrCat("style=", static_cast<int>(style), " rot_dim=", rot_dim,
+                                  " pos=", pos, " seed=", seed));
+        std::vector<float> inv_freq(rot_dim / 2);
+        for (int i = 0; i < rot_dim / 2; ++i) {
+          inv_freq[i] = std::pow(10000.0f, -2.0f * i / rot_dim);
+        }
+        const std::vector<float> x = RandomFloats(n_heads * head_dim, seed);
+        std::vector<float> y = x;
+        Rope(y.data(), n_heads, head_dim, rot_dim, pos, inv_freq.data(), style);
+        for (int h = 0; h < n_heads; ++h) {
+          const float* xh = x.data() + h * head_dim;
+          const float* yh = y.data() + h * head_dim;
+          for (int i = 0; i < rot_dim / 2; ++i) {
+            const int a = style == RopeStyle::kNormal ? 2 * i : i;
+            const int b = style == RopeStyle::kNormal ? 2 * i + 1 : i + rot_dim / 2;
+            const double theta = static_cast<float>(pos) * inv_freq[i];  // fp32 angle, as ggml
+            const double want_a = xh[a] * std::cos(theta) - xh[b] * std::sin(theta);
+            const double want_b = xh[a] * std::sin(theta) + xh[b] * std::cos(theta);
+            // fp32 cos/sin (1 ulp) and 3 roundings per output.
+            const double tol = 8 * kU * (std::fabs(xh[a]) + std::fabs(xh[b]));
+            EXPECT_LE(std::fabs(yh[a] - want_a), tol) << "h=" << h << " i=" << i;
+            EXPECT_LE(std::fabs(yh[b] - want_b), tol) << "h=" << h << " i=" << i;
+          }
+          for (int d = rot_dim; d < head_dim; ++d) {
+            EXPECT_EQ(yh[d], xh[d]) << "dims past rot_dim are untouched";
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// KV writes and paged attention
+// ---------------------------------------------------------------------------
+
+TEST(WriteKvTest, RoundTripsF32AndF16) {
+  for (GgmlType dtype : {GgmlType::kF32, GgmlType::kF16}) {
+    PagedKv kv;
+    kv.dtype = dtype;
+    kv.block_size = 4;
+    kv.n_kv_heads = 2;
+    kv.head_dim = 8;
+    const int64_t elems = 3 * 2 * 4 * 8;
+    const int64_t elt = dtype == GgmlType::kF16 ? 2 : 4;
+    std::vector<uint8_t> k(elems * elt, 0), v(elems * elt, 0);
+    kv.k = k.data();
+    kv.v = v.data();
+    const std::vector<float> kin = RandomFloats(16, 5);
+    const std::vector<float> vin = RandomFloats(16, 6);
+    WriteKv(kv, /*block=*/2, /*slot=*/3, kin.data(), vin.data());
+    for (int h = 0; h < 2; ++h) {
+      for (int d = 0; d < 8; ++d) {
+        const int64_t idx = ((2 * 2 + h) * 4 + 3) * 8 + d;
+        if (dtype == GgmlType::kF16) {
+          EXPECT_EQ(reinterpret_cast<uint16_t*>(k.data())[idx], Fp32ToFp16(kin[h * 8 + d]));
+          EXPECT_EQ(reinterpret_cast<uint16_t*>(v.data())[idx], Fp32ToFp16(vin[h * 8 + d]));
+        } else {
+          EXPECT_EQ(reinterpret_cast<float*>(k.data())[idx], kin[h * 8 + d]);
+          EXPECT_EQ(reinterpret_cast<float*>(v.data())[idx], vin[h * 8 + d]);
+        }
+      }
+    }
+  }
+}
+
+struct AttentionCase {
+  GgmlType dtype;
+  int n_kv_heads;
+  int ratio;  // query heads per KV head
+  int head_dim;
+  int block_size;
+};
+
+void CheckPagedAttention(const AttentionCase& c, uint32_t seed) {
+  SCOPED_TRACE(absl::StrCat("dtype=", GgmlTypeName(c.dtype), " kv_heads=", c.n_kv_heads,
+                            " ratio=", c.ratio, " head_dim=", c.head_dim, " block=", c.block_size,
+                            " seed=", seed));
+  IsaGuard guard;
+  std::mt19937 rng(seed);
+  const int n_heads = c.n_kv_heads * c.ratio;
+  const int hd = c.head_dim;
+  // Three sequences of different lengths, blocks from one shuffled pool.
+  const std::vector<int> seq_len = {1, 2 * c.block_size + 3, 5 * c.block_size};
+  int total_blocks = 0;
+  for (int len : seq_len) {
+    total_blocks += (len + c.block_size - 1) / c.block_size;
+  }
+  const int num_blocks = total_blocks + 5;
+  std::vector<int32_t> ids(num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<std::vector<int32_t>> tables;
+  int next = 0;
+  for (int len : seq_len) {
+    std::vector<int32_t> t;
+    for (int b = 0; b < (len + c.block_size - 1) / c.block_size; ++b) {
+      t.push_back(ids[next++]);
+    }
+    tables.push_back(t);
+  }
+
+  PagedKv kv;
+  kv.dtype = c.dtype;
+  kv.block_size = c.block_size;
+  kv.n_kv_heads = c.n_kv_heads;
+  kv.head_dim = hd;
+  const int64_t elt = c.dtype == GgmlType::kF16 ? 2 : 4;
+  const int64_t pool_elems = int64_t{num_blocks} * c.n_kv_heads * c.block_size * hd;
+  std::vector<uint8_t> kpool(pool_elems * elt, 0xFF), vpool(pool_elems * elt, 0xFF);  // NaN fill
+  kv.k = kpool.data();
+  kv.v = vpool.data();
+  // Contiguous copies of what the pool holds, for the naive reference.
+  std::vector<std::vector<float>> kseq(seq_len.size()), vseq(seq_len.size());
+  for (size_t s = 0; s < seq_len.size(); ++s) {
+    for (int p = 0; p < seq_len[s]; ++p) {
+      std::vector<float> k = RandomFloats(c.n_kv_heads * hd, rng());
+      std::vector<float> v = RandomFloats(c.n_kv_heads * hd, rng());
+      WriteKv(kv, tables[s][p / c.block_size], p % c.block_size, k.data(), v.data());
+      for (int j = 0; j < c.n_kv_heads * hd; ++j) {
+        if (c.dtype == GgmlType::kF16) {
+          k[j] = Fp16ToFp32(Fp32ToFp16(k[j]));
+          v[j] = Fp16ToFp32(Fp32ToFp16(v[j]));
+        }
+      }
+      kseq[s].insert(kseq[s].end(), k.begin(), k.end());
+      vseq[s].insert(vseq[s].end(), v.begin(), v.end());
+    }
+  }
+  // Query tokens: every position of every sequence (a prefill chunk mixed with
+  // decode tokens), in interleaved order.
+  std::vector<int32_t> positions;
+  std::vector<const int32_t*> token_tables;
+  std::vector<int> token_seq;
+  for (int p = 0; p < seq_len.back(); ++p) {
+    for (size_t s = 0; s < seq_len.size(); ++s) {
+      if (p < seq_len[s]) {
+        positions.push_back(p);
+        token_tables.push_back(tables[s].data());
+        token_seq.push_back(static_cast<int>(s));
+      }
+    }
+  }
+  const int64_t n_tokens = static_cast<int64_t>(positions.size());
+  const std::vector<float> q = RandomFloats(n_tokens * n_heads * hd, rng(), 2.0f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+  // Naive: full softmax in double over the gathered contiguous KV.
+  std::vector<double> want(n_tokens * n_heads * hd);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int s = token_seq[t];
+    for (int h = 0; h < n_heads; ++h) {
+      const int kvh = h / c.ratio;
+      const float* qh = q.data() + (t * n_heads + h) * hd;
+      std::vector<double> score(positions[t] + 1);
+      double mx = -1e300;
+      for (int p = 0; p <= positions[t]; ++p) {
+        const float* kp = kseq[s].data() + (int64_t{p} * c.n_kv_heads + kvh) * hd;
+        double dot = 0;
+        for (int d = 0; d < hd; ++d) {
+          dot += static_cast<double>(qh[d]) * kp[d];
+        }
+        score[p] = dot * scale;
+        mx = std::max(mx, score[p]);
+      }
+      double denom = 0;
+      for (double& sc : score) {
+        sc = std::exp(sc - mx);
+        denom += sc;
+      }
+      for (int d = 0; d < hd; ++d) {
+        double o = 0;
+        for (int p = 0; p <= positions[t]; ++p) {
+          o += score[p] * vseq[s][(int64_t{p} * c.n_kv_heads + kvh) * hd + d];
+        }
+        want[(t * n_heads + h) * hd + d] = o / denom;
+      }
+    }
+  }
+  base::ThreadPool pool(3);
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    SetActiveIsa(isa);
+    std::vector<float> out(n_tokens * n_heads * hd, -7.0f);
+    PagedAttention(q.data(), n_tokens, positions.data(), token_tables.data(), kv, n_heads, scale,
+                   out.data(), pool);
+    for (int64_t j = 0; j < n_tokens * n_heads * hd; ++j) {
+      // Outputs are convex combinations of V entries (|v| < ~5 here). A score
+      // carries at most hd*u*sum|q k| ~ 1e-5 absolute error, the polynomial
+      // exp a few ulp and the running rescales a few more, so each weight is
+      // off by ~2e-5 relative: 1e-4 absolute leaves margin without hiding a
+      // wrong key (which shifts outputs by ~0.1).
+      ASSERT_NEAR(out[j], want[j], 1e-4)
+          << "token " << j / (n_heads * hd) << " pos " << positions[j / (n_heads * hd)] << " head "
+          << (j / hd) % n_heads << " dim " << j % hd;
+    }
+  }
+}
+
+TEST(PagedAttentionTest, MatchesNaiveSoftmax) {
+  uint32_t seed = 9000;
+  for (GgmlType dtype : {GgmlType::kF32, GgmlType::kF16}) {
+    for (int ratio : {1, 2, 4}) {
+      CheckPagedAttention({dtype, 2, ratio, 64, 16}, ++seed);
+    }
+    CheckPagedAttention({dtype, 1, 2, 20, 16}, ++seed);  // head_dim not a multiple of 8
+    CheckPagedAttention({dtype, 2, 2, 32, 8}, ++seed);   // other block size
+    CheckPagedAttention({dtype, 1, 1, 16, 80}, ++seed);  // block larger than one chunk
+  }
+}
+
+}  // namespace
+}  // namespace tandem::engine

@@ -13,7 +13,8 @@
 #include "common/base/logging.h"
 #include "nlohmann/json.hpp"
 #include "router/api_error.h"
-#include "router/openai.h"
+#include "router/openai_request.h"
+#include "router/openai_response.h"
 
 namespace tandem::router {
 namespace {

@@ -12,23 +12,15 @@
 #include <string>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/base/logging.h"
-#include "common/base/metrics.h"
 #include "common/base/termination_signal.h"
 #include "router/config.h"
-#include "router/grpc_service.h"
-#include "router/http_server.h"
-#include "router/model_catalog.h"
-#include "router/router.h"
-#include "router/worker_watcher.h"
+#include "router/router_server.h"
 
 ABSL_FLAG(std::string, config, "", "YAML config file (see router/config.h); flags override it");
 ABSL_FLAG(std::string, grpc_address, "", "public gRPC address (default 0.0.0.0:50051; port 0: any)");
@@ -119,69 +111,23 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "tandem-router: " << config.status();
     return 2;
   }
-  absl::StatusOr<tandem::router::ModelCatalog> catalog =
-      tandem::router::ModelCatalog::Load(config->models);
-  if (!catalog.ok()) {
-    LOG(ERROR) << "tandem-router: " << catalog.status();
+  absl::StatusOr<std::unique_ptr<tandem::router::RouterServer>> server =
+      tandem::router::RouterServer::Create(*std::move(config));
+  if (!server.ok()) {
+    LOG(ERROR) << "tandem-router: " << server.status();
     return 2;
   }
-
-  tandem::base::MetricsRegistry metrics;
-  std::atomic<tandem::router::Router*> router_ptr{nullptr};
-  tandem::router::WorkerWatcher::Options wopts;
-  wopts.discovery = config->discovery;
-  wopts.on_departed = [&router_ptr](const std::string& address, const absl::Status& why) {
-    if (tandem::router::Router* r = router_ptr.load()) {
-      r->OnWorkerDeparted(address, why);
-    }
-  };
-  tandem::router::WorkerWatcher watcher(std::move(wopts));
-  tandem::router::Router router(*config, *std::move(catalog),
-                                [&watcher] { return watcher.snapshot(); }, metrics);
-  router_ptr.store(&router);
-  watcher.Start();
-
-  tandem::router::GenerationService service(router);
-  std::unique_ptr<grpc::Server> server;
-  int grpc_port = 0;
-  if (!config->grpc_address.empty()) {
-    grpc::EnableDefaultHealthCheckService(true);
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort(config->grpc_address, grpc::InsecureServerCredentials(), &grpc_port);
-    builder.RegisterService(&service);
-    server = builder.BuildAndStart();
-    if (server == nullptr || grpc_port == 0) {
-      LOG(ERROR) << "tandem-router: cannot serve gRPC on " << config->grpc_address;
-      return 1;
-    }
-    server->GetHealthCheckService()->SetServingStatus(true);
+  if (absl::Status s = (*server)->Start(); !s.ok()) {
+    LOG(ERROR) << "tandem-router: " << s;
+    return 1;
   }
-  tandem::router::HttpServer http(router, metrics);
-  if (!config->http_address.empty()) {
-    if (absl::Status s = http.Start(config->http_address); !s.ok()) {
-      LOG(ERROR) << "tandem-router: " << s;
-      return 1;
-    }
-  }
-  LOG(INFO) << "tandem-router serving " << config->models.size() << " model(s): gRPC port "
-            << grpc_port << ", HTTP port " << http.port() << ", mode "
-            << tandem::router::RoutingModeName(config->mode);
-  std::printf("READY grpc_port=%d http_port=%d\n", grpc_port, http.port());
+  std::printf("READY grpc_port=%d http_port=%d\n", (*server)->grpc_port(), (*server)->http_port());
   std::fflush(stdout);
 
   const int sig = tandem::base::WaitForTerminationSignal();
   LOG(INFO) << "signal " << sig << ": draining (grace "
             << absl::FormatDuration(absl::GetFlag(FLAGS_drain_grace)) << ")";
-  if (server != nullptr) {
-    server->GetHealthCheckService()->SetServingStatus(false);
-  }
-  router.Shutdown(absl::GetFlag(FLAGS_drain_grace));
-  http.Stop();
-  if (server != nullptr) {
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  }
-  router_ptr.store(nullptr);
-  watcher.Stop();
+  (*server)->Shutdown(absl::GetFlag(FLAGS_drain_grace));
   LOG(INFO) << "tandem-router exiting";
   return 0;
 }

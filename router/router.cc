@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/logging.h"
+#include "router/internal/choice_call.h"
 #include "router/internal/request_run.h"
 
 namespace tandem::router {

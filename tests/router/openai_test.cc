@@ -1,7 +1,8 @@
 // OpenAI wire format: SSE framing, stream chunks (chat role chunk, deltas,
 // finish chunk, include_usage chunk) and non-streaming responses.
 
-#include "router/openai.h"
+#include "router/openai_request.h"
+#include "router/openai_response.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

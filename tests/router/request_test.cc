@@ -9,7 +9,7 @@
 #include "proto/grpc_status.h"
 #include "nlohmann/json.hpp"
 #include "router/api_error.h"
-#include "router/openai.h"
+#include "router/openai_request.h"
 #include "tests/router/router_test_util.h"
 #include "tests/testing/status_matchers.h"
 

@@ -1,7 +1,7 @@
 #pragma once
-// RouterHarness: the router's library objects wired as tandem-router wires
-// them (WorkerWatcher -> Router -> gRPC GenerationService + HttpServer) on
-// 127.0.0.1 free ports, for in-process tests against FakeWorkers.
+// RouterHarness: the RouterServer tandem-router runs (watcher, Router, gRPC
+// Generation + health, HTTP front) on 127.0.0.1 free ports, plus a gRPC stub
+// to it, for in-process tests against FakeWorkers.
 
 #include <memory>
 #include <string>
@@ -13,10 +13,8 @@
 #include "absl/time/clock.h"
 #include "common/base/metrics.h"
 #include "gtest/gtest.h"
-#include "router/grpc_service.h"
-#include "router/http_server.h"
 #include "router/router.h"
-#include "router/worker_watcher.h"
+#include "router/router_server.h"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tests/router/router_test_util.h"
 
@@ -30,49 +28,24 @@ class RouterHarness {
     if (config.models.empty()) {
       config.models.push_back({"stories260K", StoriesPath(), "", ""});
     }
-    config_ = config;
-    absl::StatusOr<ModelCatalog> catalog = ModelCatalog::Load(config.models);
-    EXPECT_TRUE(catalog.ok()) << catalog.status();
-    WorkerWatcher::Options wo;
-    wo.discovery = config.discovery;
-    wo.on_departed = [this](const std::string& a, const absl::Status& why) {
-      if (Router* r = router_ptr_.load()) {
-        r->OnWorkerDeparted(a, why);
-      }
-    };
-    watcher_ = std::make_unique<WorkerWatcher>(std::move(wo));
-    router_ = std::make_unique<Router>(config, *std::move(catalog),
-                                       [w = watcher_.get()] { return w->snapshot(); }, metrics_);
-    router_ptr_.store(router_.get());
-    watcher_->Start();
-    service_ = std::make_unique<GenerationService>(*router_);
-    grpc::ServerBuilder b;
-    b.AddListeningPort(config.grpc_address, grpc::InsecureServerCredentials(), &grpc_port_);
-    b.RegisterService(service_.get());
-    server_ = b.BuildAndStart();
-    EXPECT_NE(server_, nullptr);
-    http_ = std::make_unique<HttpServer>(*router_, metrics_);
-    absl::Status s = http_->Start(config.http_address);
+    absl::StatusOr<std::unique_ptr<RouterServer>> server = RouterServer::Create(std::move(config));
+    EXPECT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server).value();  // aborts the test binary on failure
+    absl::Status s = server_->Start();
     EXPECT_TRUE(s.ok()) << s;
-    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_port_),
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->grpc_port()),
                                    grpc::InsecureChannelCredentials());
     stub_ = tandem::v1::Generation::NewStub(channel_);
   }
 
-  ~RouterHarness() {
-    router_->Shutdown(absl::ZeroDuration());
-    http_->Stop();
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    router_ptr_.store(nullptr);
-    watcher_->Stop();
-  }
+  ~RouterHarness() { server_->Shutdown(absl::ZeroDuration()); }
 
   // Waits until `n` workers are live (bounded; explains itself on failure).
   ::testing::AssertionResult WaitForLive(int n, absl::Duration timeout = absl::Seconds(10)) {
     const absl::Time give_up = absl::Now() + timeout;
     int live = 0;
     while (absl::Now() < give_up) {
-      auto snap = watcher_->snapshot();
+      auto snap = server_->router().snapshot();
       live = 0;
       for (const WorkerInfo& w : snap->workers) {
         live += snap->IsLive(w, base::RealClock::Get().Now()) ? 1 : 0;
@@ -87,21 +60,14 @@ class RouterHarness {
   }
 
   tandem::v1::Generation::Stub& stub() { return *stub_; }
-  int http_port() const { return http_->port(); }
-  int grpc_port() const { return grpc_port_; }
-  Router& router() { return *router_; }
-  base::MetricsRegistry& metrics() { return metrics_; }
+  int http_port() const { return server_->http_port(); }
+  int grpc_port() const { return server_->grpc_port(); }
+  RouterServer& server() { return *server_; }
+  Router& router() { return server_->router(); }
+  base::MetricsRegistry& metrics() { return server_->metrics(); }
 
  private:
-  RouterConfig config_;
-  base::MetricsRegistry metrics_;
-  std::atomic<Router*> router_ptr_{nullptr};
-  std::unique_ptr<WorkerWatcher> watcher_;
-  std::unique_ptr<Router> router_;
-  std::unique_ptr<GenerationService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<HttpServer> http_;
-  int grpc_port_ = 0;
+  std::unique_ptr<RouterServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<tandem::v1::Generation::Stub> stub_;
 };

@@ -1,45 +1,22 @@
 #pragma once
-// The OpenAI-compatible wire format: request parsing for /v1/completions and
-// /v1/chat/completions into the router's GenerationRequest, response and
-// stream-chunk JSON, and SSE framing. Pure: no I/O, no router state, so every
-// bad-input case and every frame is unit-tested.
+// The OpenAI-compatible wire format, response side: response and
+// stream-chunk JSON for a parsed OpenAiRequest (openai_request.h), SSE
+// framing and the model list. Pure: no I/O, no router state, so every frame
+// is unit-tested.
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "router/generation.h"
 #include "router/model_catalog.h"
-#include "router/request.h"
+#include "router/openai_request.h"
 
 namespace tandem::router {
-
-enum class OpenAiEndpoint { kCompletions, kChat };
-
-struct OpenAiRequest {
-  OpenAiEndpoint endpoint = OpenAiEndpoint::kCompletions;
-  GenerationRequest gen;
-  bool stream = false;
-  bool include_usage = false;      // stream_options.include_usage
-  // Completions: logprobs=k asks for the chosen token's logprob and the k
-  // most likely (-1 = none). Chat: logprobs (bool) + top_logprobs.
-  int32_t completion_logprobs = -1;
-  bool chat_logprobs = false;
-};
-
-// Parses a request body. InvalidArgument naming the parameter for malformed
-// JSON (with the byte position), a non-object body, wrong types, missing or
-// empty prompt / messages, unsupported options (echo, suffix, best_of != n,
-// tools, logit_bias, non-text content parts), invalid UTF-8. Limits that need
-// the model (lengths, vocabulary, caps) are checked later by PrepareRequest.
-// Defaults follow OpenAI: temperature 1, top_p 1, n 1; completions
-// max_tokens 16; chat max_tokens = the router's default.
-absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body);
 
 // One SSE event carrying `data` ("data: <line>\n" per line, then "\n").
 std::string SseEvent(absl::string_view data);

@@ -1,0 +1,81 @@
+#pragma once
+// RouterServer: the whole router process as one object, so tandem-router's
+// main() and the in-process tests run the same assembly. From a validated
+// RouterConfig it builds the served-model catalog, the WorkerWatcher (control
+// thread), the Router, the public gRPC server (tandem.v1.Generation plus
+// grpc.health.v1) and the OpenAI HTTP front (which also serves /metrics).
+//
+// Lifecycle: Create -> Start -> Shutdown (also run by the destructor). Ports
+// given as 0 in the config are picked by the OS; grpc_port() / http_port()
+// say which after Start.
+//
+// Thread safety: Create, Start and Shutdown from one thread; the accessors
+// from any thread after Start.
+
+#include <atomic>
+#include <memory>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/base/metrics.h"
+#include "router/config.h"
+#include "router/grpc_service.h"
+#include "router/http_server.h"
+#include "router/router.h"
+#include "router/worker_watcher.h"
+
+namespace tandem::router {
+
+class RouterServer {
+ public:
+  // Loads the configured models (tokenizer and metadata only); their errors
+  // (NotFound, InvalidArgument naming the model) come back unchanged. Nothing
+  // is bound and no thread runs until Start(). `config` must be Validate()d.
+  static absl::StatusOr<std::unique_ptr<RouterServer>> Create(RouterConfig config);
+
+  ~RouterServer();  // Shutdown(absl::ZeroDuration())
+  RouterServer(const RouterServer&) = delete;
+  RouterServer& operator=(const RouterServer&) = delete;
+
+  // Starts the worker watcher, then serves gRPC on config.grpc_address and
+  // HTTP on config.http_address (each skipped when its address is empty).
+  // Unavailable naming the address when one cannot be bound; the caller
+  // then exits (or calls Shutdown). Call once.
+  absl::Status Start();
+
+  // Drains: reports NOT_SERVING on grpc.health.v1, stops admitting, gives
+  // in-flight requests up to `grace` to finish and cancels the rest, then
+  // stops the HTTP and gRPC servers and the watcher. Idempotent; a no-op
+  // before Start.
+  void Shutdown(absl::Duration grace);
+
+  // The bound ports after Start (0 for a front that is off).
+  int grpc_port() const { return grpc_port_; }
+  int http_port() const { return http_.port(); }
+
+  const RouterConfig& config() const { return router_.config(); }
+  Router& router() { return router_; }
+  base::MetricsRegistry& metrics() { return metrics_; }
+
+ private:
+  RouterServer(RouterConfig config, ModelCatalog catalog);
+
+  // First: the Router and the HTTP front hold references into it.
+  base::MetricsRegistry metrics_;
+  // The watcher reports departures on its control thread; it is built before
+  // the Router (whose snapshots it serves), so it reaches it through this.
+  std::atomic<Router*> router_for_watcher_{nullptr};
+  WorkerWatcher watcher_;
+  Router router_;
+  GenerationService service_;
+  HttpServer http_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  int grpc_port_ = 0;
+  bool started_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace tandem::router

@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "kvtransfer/internal/cancelled_tags.h"
 #include "kvtransfer/internal/task_thread.h"
 #include "kvtransfer/internal/write_checks.h"
 #include "kvtransfer/transport.h"

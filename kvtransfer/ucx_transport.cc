@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "kvtransfer/internal/cancelled_tags.h"
 #include "kvtransfer/internal/ucx_util.h"
 #include "kvtransfer/internal/write_checks.h"
 #include "ucp/api/ucp.h"

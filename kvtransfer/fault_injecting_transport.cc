@@ -8,12 +8,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/status_macros.h"
+#include "kvtransfer/internal/task_thread.h"
 #include "kvtransfer/internal/write_checks.h"
 
 namespace tandem::kvtransfer {
 
 FaultInjectingTransport::FaultInjectingTransport(std::unique_ptr<KvTransport> inner, FaultSpec spec)
-    : inner_(std::move(inner)), spec_(std::move(spec)) {}
+    : inner_(std::move(inner)),
+      spec_(std::move(spec)),
+      thread_(std::make_unique<internal::TaskThread>()) {}
 
 FaultInjectingTransport::~FaultInjectingTransport() { Shutdown(); }
 
@@ -55,7 +58,7 @@ absl::Status FaultInjectingTransport::Write(const RegionDescriptor& peer, Transf
     inject = true;  // immediate stays OK
   }
   if (inject) {
-    if (!thread_.Post([done = std::move(done), immediate](bool shutting_down) mutable {
+    if (!thread_->Post([done = std::move(done), immediate](bool shutting_down) mutable {
           std::move(done)(shutting_down ? absl::UnavailableError("transport shut down")
                                         : immediate);
         })) {
@@ -68,8 +71,8 @@ absl::Status FaultInjectingTransport::Write(const RegionDescriptor& peer, Transf
       id = next_delayed_id_++;
       delayed_[id] = Delayed{peer, tag, std::move(ops), std::move(done), spec.corrupt_status};
     }
-    if (!thread_.Post([this, id](bool shutting_down) { RunDelayed(id, shutting_down); },
-                      spec.delay)) {
+    if (!thread_->Post([this, id](bool shutting_down) { RunDelayed(id, shutting_down); },
+                       spec.delay)) {
       absl::MutexLock lock(&mu_);
       delayed_.erase(id);  // `done` goes unrun: the error is returned instead
       return absl::UnavailableError("Write: transport shut down");
@@ -132,7 +135,7 @@ void FaultInjectingTransport::Cancel(TransferTag tag) {
   if (!ids.empty()) {
     // Completed now rather than when their delay ends. If the thread is
     // stopping, the delayed tasks themselves complete them (kUnavailable).
-    thread_.Post([this, ids = std::move(ids)](bool) {
+    thread_->Post([this, ids = std::move(ids)](bool) {
       for (uint64_t id : ids) {
         Delayed d;
         {
@@ -154,7 +157,7 @@ void FaultInjectingTransport::Cancel(TransferTag tag) {
 void FaultInjectingTransport::Forget(TransferTag tag) { inner_->Forget(tag); }
 
 void FaultInjectingTransport::Shutdown() {
-  thread_.Stop();
+  thread_->Stop();
   inner_->Shutdown();
 }
 

@@ -16,10 +16,13 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "kvtransfer/internal/task_thread.h"
 #include "kvtransfer/transport.h"
 
 namespace tandem::kvtransfer {
+
+namespace internal {
+class TaskThread;
+}  // namespace internal
 
 struct FaultSpec {
   // Writes are numbered from 1 in Write() order. < 0: never fail; N >= 0: the
@@ -95,7 +98,7 @@ class FaultInjectingTransport final : public KvTransport {
   uint64_t next_delayed_id_ ABSL_GUARDED_BY(mu_) = 1;
   FaultSpec spec_ ABSL_GUARDED_BY(mu_);
   int64_t writes_ ABSL_GUARDED_BY(mu_) = 0;
-  internal::TaskThread thread_;  // last: stopped before the fields above go
+  const std::unique_ptr<internal::TaskThread> thread_;  // last: stopped before the fields above go
 };
 
 }  // namespace tandem::kvtransfer

@@ -15,6 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/status_macros.h"
+#include "kvtransfer/internal/cancelled_tags.h"
+#include "kvtransfer/internal/task_thread.h"
+#include "kvtransfer/internal/write_checks.h"
 
 namespace tandem::kvtransfer {
 namespace internal {
@@ -104,7 +107,10 @@ std::shared_ptr<internal::LoopbackSink> NewSink() {
 
 }  // namespace
 
-LoopbackTransport::LoopbackTransport() : sink_(NewSink()) {}
+LoopbackTransport::LoopbackTransport()
+    : sink_(NewSink()),
+      cancelled_(std::make_unique<internal::CancelledTags>()),
+      thread_(std::make_unique<internal::TaskThread>()) {}
 
 LoopbackTransport::~LoopbackTransport() { Shutdown(); }
 
@@ -160,7 +166,7 @@ absl::Status LoopbackTransport::Write(const RegionDescriptor& peer, TransferTag 
         absl::StrCat("Write: peer '", peer.worker_address, "' is not a loopback address"));
   }
   RETURN_IF_ERROR(internal::ValidateWrite(peer, ops));
-  const bool posted = thread_.Post(
+  const bool posted = thread_->Post(
       [this, peer, tag, ops = std::move(ops), done = std::move(done)](bool shutting_down) mutable {
         if (shutting_down) {
           std::move(done)(absl::UnavailableError(absl::StrCat(
@@ -170,7 +176,7 @@ absl::Status LoopbackTransport::Write(const RegionDescriptor& peer, TransferTag 
         bool cancelled;
         {
           absl::MutexLock lock(&mu_);
-          cancelled = cancelled_.Contains(tag);
+          cancelled = cancelled_->Contains(tag);
         }
         if (cancelled) {
           std::move(done)(absl::CancelledError(absl::StrCat("write tag=", tag, " cancelled")));
@@ -192,7 +198,7 @@ absl::Status LoopbackTransport::Write(const RegionDescriptor& peer, TransferTag 
 
 void LoopbackTransport::Cancel(TransferTag tag) {
   absl::MutexLock lock(&mu_);
-  cancelled_.Add(tag);
+  cancelled_->Add(tag);
 }
 
 uint64_t LoopbackTransport::ReceivedBytes(TransferTag tag) const {
@@ -204,7 +210,7 @@ uint64_t LoopbackTransport::ReceivedBytes(TransferTag tag) const {
 void LoopbackTransport::Forget(TransferTag tag) {
   {
     absl::MutexLock lock(&mu_);
-    cancelled_.Remove(tag);
+    cancelled_->Remove(tag);
   }
   absl::MutexLock lock(&sink_->received_mu);
   sink_->received.erase(tag);
@@ -225,7 +231,7 @@ void LoopbackTransport::Shutdown() {
     absl::MutexLock lock(&sink_->mu);
     sink_->alive = false;
   }
-  thread_.Stop();
+  thread_->Stop();
 }
 
 }  // namespace tandem::kvtransfer

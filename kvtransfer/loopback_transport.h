@@ -17,14 +17,14 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "kvtransfer/internal/task_thread.h"
-#include "kvtransfer/internal/write_checks.h"
 #include "kvtransfer/transport.h"
 
 namespace tandem::kvtransfer {
 
 namespace internal {
+class CancelledTags;
 struct LoopbackSink;
+class TaskThread;
 }  // namespace internal
 
 class LoopbackTransport final : public KvTransport {
@@ -63,9 +63,9 @@ class LoopbackTransport final : public KvTransport {
  private:
   const std::shared_ptr<internal::LoopbackSink> sink_;  // co-owned by the registry
   absl::Mutex mu_;
-  internal::CancelledTags cancelled_ ABSL_GUARDED_BY(mu_);
+  const std::unique_ptr<internal::CancelledTags> cancelled_ ABSL_PT_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<uint8_t[]>> allocated_ ABSL_GUARDED_BY(mu_);
-  internal::TaskThread thread_;  // last: stopped before the fields above go
+  const std::unique_ptr<internal::TaskThread> thread_;  // last: stopped before the fields above go
 };
 
 }  // namespace tandem::kvtransfer

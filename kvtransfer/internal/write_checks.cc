@@ -1,6 +1,6 @@
 #include "kvtransfer/internal/write_checks.h"
 
-#include <algorithm>
+#include <cstddef>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -23,23 +23,6 @@ absl::Status ValidateWrite(const RegionDescriptor& peer, absl::Span<const WriteO
     }
   }
   return absl::OkStatus();
-}
-
-void CancelledTags::Add(TransferTag tag) {
-  if (!tags_.insert(tag).second) {
-    return;
-  }
-  order_.push_back(tag);
-  while (tags_.size() > capacity_ && !order_.empty()) {
-    tags_.erase(order_.front());
-    order_.pop_front();
-  }
-}
-
-void CancelledTags::Remove(TransferTag tag) {
-  if (tags_.erase(tag) > 0) {
-    order_.erase(std::find(order_.begin(), order_.end(), tag));
-  }
 }
 
 }  // namespace tandem::kvtransfer::internal

@@ -21,10 +21,13 @@
 #include <atomic>
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 #include <tuple>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/engine/engine.h"
 #include "common/engine/generation.h"
@@ -33,6 +36,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tandem/v1/generation.grpc.pb.h"
+#include "tandem/v1/worker.grpc.pb.h"
 #include "tests/integration/router_process.h"
 #include "tests/integration/watch_load.h"
 #include "tests/testing/test_paths.h"
@@ -44,6 +48,7 @@ namespace v1 = ::tandem::v1;
 using json = nlohmann::json;
 using testing::ChildProcess;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string Model() {
   return tandem::testing::RequireSharedFile("models/stories260K/stories260K.gguf");
@@ -116,6 +121,55 @@ std::vector<std::string> SseData(const std::string& body) {
   return tandem::testing::WatchLoadUntil(address, address, tandem::testing::Idle, "idle", timeout);
 }
 
+// GET /metrics of 127.0.0.1:`port` ("" when the request fails).
+std::string MetricsText(int port) {
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_read_timeout(5, 0);
+  auto res = cli.Get("/metrics");
+  return res && res->status == 200 ? res->body : "";
+}
+
+// GET /metrics on 127.0.0.1:`port` until `line` is one of its lines.
+::testing::AssertionResult MetricReaches(int port, const std::string& line,
+                                         absl::Duration timeout) {
+  std::string body;
+  for (const absl::Time give_up = absl::Now() + timeout; absl::Now() < give_up;
+       absl::SleepFor(absl::Milliseconds(50))) {
+    body = MetricsText(port);
+    for (absl::string_view l : absl::StrSplit(body, '\n')) {
+      if (l == line) {
+        return ::testing::AssertionSuccess();
+      }
+    }
+  }
+  return ::testing::AssertionFailure() << "no line '" << line << "' in /metrics of port " << port
+                                       << " after " << absl::FormatDuration(timeout) << ":\n"
+                                       << body;
+}
+
+// The role a worker reports in the first event of Control.Watch (its
+// snapshot); a failed RPC or a first event of another kind comes back as
+// that status.
+absl::StatusOr<v1::WorkerRole> WatchedRole(const std::string& address) {
+  auto stub =
+      v1::Control::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  auto reader = stub->Watch(&ctx, v1::WatchRequest());
+  v1::WorkerEvent ev;
+  const bool got = reader->Read(&ev);
+  ctx.TryCancel();
+  const grpc::Status st = reader->Finish();
+  if (!got) {
+    return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
+  }
+  if (!ev.has_snapshot()) {
+    return absl::InternalError(
+        absl::StrCat("first Watch event is not a snapshot: ", ev.DebugString()));
+  }
+  return ev.snapshot().role();
+}
+
 class RouterIntegrationTest : public ::testing::Test {
  protected:
   std::string Log(const std::string& name) {
@@ -124,9 +178,13 @@ class RouterIntegrationTest : public ::testing::Test {
 
   // Starts a worker; returns its gRPC address.
   std::string StartWorker(const std::string& binary, const std::string& role) {
-    std::vector<std::string> argv = {
-        binary,        "--model=" + Model(), "--listen=127.0.0.1:0", "--metrics_port=-1",
-        "--threads=1", "--kv_blocks=512"};
+    std::vector<std::string> argv = {binary,
+                                     "--model=" + Model(),
+                                     "--listen=127.0.0.1:0",
+                                     "--metrics_port=0",
+                                     "--metrics_host=127.0.0.1",
+                                     "--threads=1",
+                                     "--kv_blocks=512"};
     if (!role.empty()) {
       argv.push_back("--role=" + role);
     }
@@ -140,8 +198,10 @@ class RouterIntegrationTest : public ::testing::Test {
     EXPECT_TRUE(ready.ok()) << ready.status();
     workers_.push_back(*std::move(p));
     if (!ready.ok()) {
+      metrics_ports_.push_back(-1);
       return "";
     }
+    metrics_ports_.push_back(ChildProcess::IntField(*ready, "metrics_port"));
     return absl::StrCat("127.0.0.1:", ChildProcess::IntField(*ready, "grpc_port"));
   }
 
@@ -189,6 +249,7 @@ class RouterIntegrationTest : public ::testing::Test {
 
   int counter_ = 0;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
+  std::vector<int> metrics_ports_;  // /metrics of workers_[i]
   std::unique_ptr<ChildProcess> router_;
   std::string grpc_;
   int http_port_ = 0;
@@ -296,7 +357,10 @@ TEST_F(RouterIntegrationTest, BadInputOverHttpAndGrpc) {
   EXPECT_THAT(r.status.error_message(), HasSubstr("context length"));
   v1::GenerateRequest ids = BosOnly(4);
   ids.mutable_token_ids()->add_ids(70000);
-  EXPECT_EQ(Generate(grpc_, ids).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  GrpcResult bad_id = Generate(grpc_, ids);
+  EXPECT_EQ(bad_id.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad_id.status.error_message(),
+              HasSubstr("prompt token id 70000 at index 1 is outside the vocabulary"));
   // Still serving.
   EXPECT_TRUE(Generate(grpc_, BosOnly(4)).status.ok());
 }
@@ -317,6 +381,8 @@ TEST_F(RouterIntegrationTest, WorkerKilledMidStreamGrpc) {
   // Out of rotation.
   GrpcResult again = Generate(grpc_, BosOnly(4));
   EXPECT_EQ(again.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(again.status.error_message(), HasSubstr("no live worker for model"));
+  EXPECT_THAT(again.status.error_message(), HasSubstr("live: 0 prefill, 0 decode, 0 colocated"));
 }
 
 TEST_F(RouterIntegrationTest, WorkerKilledMidStreamSse) {
@@ -404,14 +470,12 @@ TEST_F(RouterIntegrationTest, ClientCancelMidStreamFreesKvOnBothWorkers) {
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_TRUE(WorkerIdle(d, absl::Seconds(5)));
   EXPECT_TRUE(WorkerIdle(p, absl::Seconds(5)));
-  // The decode worker ended the request as cancelled, not by running out
-  // its 400 tokens.
-  std::string decode_log;
-  for (int i = 0; i < 100 && !absl::StrContains(decode_log, "request_done"); ++i) {
-    absl::SleepFor(absl::Milliseconds(50));
-    decode_log = workers_[0]->Log();
-  }
-  EXPECT_THAT(decode_log, HasSubstr("code=CANCELLED")) << decode_log;
+  // The decode worker ended the request as cancelled (its /metrics), not by
+  // running out its 400 tokens.
+  EXPECT_TRUE(MetricReaches(metrics_ports_[0], "tandem_decode_requests_total{code=\"CANCELLED\"} 1",
+                            absl::Seconds(10)));
+  EXPECT_THAT(MetricsText(metrics_ports_[0]),
+              Not(HasSubstr("tandem_decode_requests_total{code=\"OK\"}")));
 }
 
 // The agreement test: 50 greedy prompts and 50 seeded
@@ -504,22 +568,56 @@ TEST_F(RouterIntegrationTest, FiftyPromptsEightClientsAgreeAcrossClusters) {
   }
 }
 
-// `tandem up CONFIG`: returns the router's gRPC address from the printout.
-std::string RouterAddress(const std::string& output) {
+// A process line of `tandem up`'s printout: "  NAME  gRPC ADDRESS ... pid PID ...".
+struct UpProcess {
+  std::string name;
+  std::string grpc_address;
+  std::string http_address;  // the router's ("HTTP http://ADDRESS")
+  pid_t pid = -1;
+};
+
+std::vector<UpProcess> UpProcesses(const std::string& output) {
+  std::vector<UpProcess> out;
   for (absl::string_view line : absl::StrSplit(output, '\n')) {
-    if (absl::StrContains(line, "router") && absl::StrContains(line, "gRPC ")) {
-      std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
-      for (size_t i = 0; i + 1 < parts.size(); ++i) {
-        if (parts[i] == "gRPC") {
-          return parts[i + 1];
-        }
+    std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (parts.size() < 4 || parts[1] != "gRPC") {
+      continue;
+    }
+    UpProcess p;
+    p.name = parts[0];
+    p.grpc_address = parts[2];
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      if (parts[i] == "pid") {
+        p.pid = std::stoi(parts[i + 1]);
+      } else if (parts[i] == "HTTP") {
+        absl::string_view http = parts[i + 1];
+        absl::ConsumePrefix(&http, "http://");
+        p.http_address = std::string(http);
       }
     }
+    out.push_back(std::move(p));
   }
-  return "";
+  return out;
 }
 
-void TandemUp(const std::string& config, int workers) {
+// Live workers the router's /health counts.
+int RouterLiveWorkers(const std::string& http_address) {
+  const size_t colon = http_address.rfind(':');
+  httplib::Client cli(http_address.substr(0, colon), std::stoi(http_address.substr(colon + 1)));
+  cli.set_read_timeout(5, 0);
+  auto res = cli.Get("/health");
+  if (!res || res->status != 200) {
+    return -1;
+  }
+  json h = json::parse(res->body);
+  return h["workers"]["prefill"].get<int>() + h["workers"]["decode"].get<int>() +
+         h["workers"]["colocated"].get<int>();
+}
+
+// `tandem up CONFIG` starts a router and `workers` workers of `roles`; a
+// request goes through; a SIGKILLed worker leaves the router's rotation
+// while tandem up keeps supervising; SIGTERM stops every process (exit 0).
+void TandemUp(const std::string& config, int workers, const std::multiset<v1::WorkerRole>& roles) {
   const std::string log = absl::StrCat(tandem::testing::TempDir(), "/tandem-up-",
                                        config.substr(config.find_last_of('/') + 1), ".log");
   absl::StatusOr<std::unique_ptr<ChildProcess>> up =
@@ -528,46 +626,64 @@ void TandemUp(const std::string& config, int workers) {
   ChildProcess& p = **up;
   absl::StatusOr<std::string> ready = p.WaitForLine("Ctrl-C stops the cluster", absl::Seconds(120));
   ASSERT_TRUE(ready.ok()) << ready.status();
-  const std::string address = RouterAddress(p.output());
-  ASSERT_FALSE(address.empty()) << p.output();
+  const std::vector<UpProcess> procs = UpProcesses(p.output());
+  ASSERT_EQ(procs.size(), static_cast<size_t>(workers) + 1) << p.output();
+  ASSERT_EQ(procs[0].name, "router") << p.output();
+  ASSERT_FALSE(procs[0].http_address.empty()) << p.output();
+  const std::string address = procs[0].grpc_address;
+  // Every worker printed answers Control.Watch with its snapshot.
+  std::multiset<v1::WorkerRole> watched;
+  for (size_t i = 1; i < procs.size(); ++i) {
+    absl::StatusOr<v1::WorkerRole> role = WatchedRole(procs[i].grpc_address);
+    ASSERT_TRUE(role.ok()) << procs[i].name << " at " << procs[i].grpc_address << ": "
+                           << role.status();
+    watched.insert(*role);
+  }
+  EXPECT_EQ(watched, roles);
+  EXPECT_EQ(RouterLiveWorkers(procs[0].http_address), workers);
   GrpcResult r = Generate(address, BosOnly(16));
   ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\n" << p.Log();
   EXPECT_EQ(r.ids.size(), 16u);
-  // Kill one worker: tandem up reports it and keeps supervising.
-  pid_t victim = -1;
-  for (absl::string_view line : absl::StrSplit(p.output(), '\n')) {
-    if (absl::StrContains(line, "-0 ") && absl::StrContains(line, " pid ")) {
-      std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
-      for (size_t i = 0; i + 1 < parts.size(); ++i) {
-        if (parts[i] == "pid") {
-          victim = std::stoi(parts[i + 1]);
-        }
-      }
-      break;
-    }
-  }
-  ASSERT_GT(victim, 0) << p.output();
-  kill(victim, SIGKILL);
-  const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while (absl::Now() < give_up && !absl::StrContains(p.Log(), "killed by signal 9")) {
+  // Kill one worker: the router drops it; tandem up keeps supervising.
+  const UpProcess& victim = procs[1];
+  ASSERT_GT(victim.pid, 0) << p.output();
+  kill(victim.pid, SIGKILL);
+  absl::StatusOr<v1::WorkerRole> gone = WatchedRole(victim.grpc_address);
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(10);
+       gone.ok() && absl::Now() < give_up; gone = WatchedRole(victim.grpc_address)) {
     absl::SleepFor(absl::Milliseconds(50));
   }
-  EXPECT_THAT(p.Log(), HasSubstr("killed by signal 9"));
-  // SIGTERM stops everything cleanly.
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kUnavailable) << gone.status();
+  int live = RouterLiveWorkers(procs[0].http_address);
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(30);
+       live != workers - 1 && absl::Now() < give_up;
+       live = RouterLiveWorkers(procs[0].http_address)) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(live, workers - 1) << "the router's /health after " << victim.name << " died";
+  EXPECT_EQ(p.Wait(absl::Milliseconds(200)), -1) << "tandem up exited\n" << p.Log();
+  // SIGTERM stops everything cleanly: tandem up exits 0 after the router
+  // and every worker it started are gone (reaped).
   p.Signal(SIGTERM);
   const int status = p.Wait(absl::Seconds(60));
   ASSERT_NE(status, -1) << "tandem up did not exit\n" << p.Log();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << p.Log();
-  EXPECT_THAT(p.Log(), HasSubstr("tandem up: router stopped"));
-  EXPECT_GE(workers, 1);
+  for (const UpProcess& proc : procs) {
+    const int rc = kill(proc.pid, 0);
+    const int err = errno;
+    EXPECT_TRUE(rc == -1 && err == ESRCH)
+        << proc.name << " (pid " << proc.pid << ") still exists after tandem up exited";
+  }
 }
 
 TEST(TandemUpTest, Colocated) {
-  TandemUp(absl::StrCat(TANDEM_SOURCE_DIR, "/deploy/local/colocated.yaml"), 2);
+  TandemUp(absl::StrCat(TANDEM_SOURCE_DIR, "/deploy/local/colocated.yaml"), 2,
+           {v1::WORKER_ROLE_COLOCATED, v1::WORKER_ROLE_COLOCATED});
 }
 
 TEST(TandemUpTest, Disaggregated) {
-  TandemUp(absl::StrCat(TANDEM_SOURCE_DIR, "/deploy/local/disaggregated.yaml"), 2);
+  TandemUp(absl::StrCat(TANDEM_SOURCE_DIR, "/deploy/local/disaggregated.yaml"), 2,
+           {v1::WORKER_ROLE_PREFILL, v1::WORKER_ROLE_DECODE});
 }
 
 }  // namespace

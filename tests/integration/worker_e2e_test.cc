@@ -111,6 +111,9 @@ struct Request {
   v1::DecodeSubmit submit;
   std::vector<int32_t> want_tokens;
   std::string want_text;
+  // The first sampled token, also when it is a stop token (which
+  // want_tokens leaves out): what the prefill worker returns.
+  int32_t want_first_token = -1;
 };
 
 class Reference {
@@ -135,10 +138,18 @@ class Reference {
     std::vector<int32_t> prompt(submit.prompt_ids().begin(), submit.prompt_ids().end());
     absl::StatusOr<engine::GenerateResult> r = engine::Generate(*engine_, next_seq_++, prompt, opts);
     CHECK(r.ok()) << r.status();
+    // Once more for one token that nothing stops: the first sample itself.
+    opts.max_tokens = 1;
+    opts.sampling.ignore_eos = true;
+    opts.sampling.stop_strings.clear();
+    absl::StatusOr<engine::GenerateResult> first = engine::Generate(*engine_, next_seq_++, prompt, opts);
+    CHECK(first.ok()) << first.status();
+    CHECK_EQ(first->tokens.size(), 1u);
     Request req;
     req.submit = std::move(submit);
     req.want_tokens = r->tokens;
     req.want_text = r->text;
+    req.want_first_token = first->tokens[0];
     return req;
   }
 
@@ -505,9 +516,10 @@ class WorkerE2eTest : public ::testing::Test {
       const uint64_t bytes = KvBytes(reqs[i].submit.prompt_ids_size());
       EXPECT_EQ(outs[i].reservation.expected_bytes(), bytes);
       EXPECT_EQ(outs[i].prefill.kv_bytes(), bytes);
-      EXPECT_EQ(outs[i].prefill.first_token(), reqs[i].want_tokens.empty()
-                                                   ? outs[i].prefill.first_token()
-                                                   : reqs[i].want_tokens[0]);
+      EXPECT_EQ(outs[i].prefill.first_token(), reqs[i].want_first_token);
+      if (!reqs[i].want_tokens.empty()) {
+        EXPECT_EQ(reqs[i].want_tokens[0], reqs[i].want_first_token);
+      }
       want_bytes += bytes;
       cached_hits += outs[i].prefill.cached_prompt_tokens() > 0;
     }
@@ -590,7 +602,10 @@ TEST_F(WorkerE2eTest, CancelMidStreamFreesKvOnBothSides) {
         final_seen |= ev.tokens().finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
       }
       EXPECT_FALSE(final_seen) << "the request ran to completion before the cancel";
-      EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+      const grpc::Status st = reader->Finish();
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::CANCELLED) << st.error_message();
+      EXPECT_THAT(st.error_message(),
+                  HasSubstr(absl::StrCat("request ", submit.request_id(), " cancelled")));
     } else {
       ctx.TryCancel();
       while (reader->Read(&ev)) {
@@ -871,12 +886,18 @@ TEST_F(WorkerE2eTest, SigtermDrainsInFlightRequestsAndExitsZero) {
   const absl::Time sigterm = absl::Now();
   ASSERT_TRUE(reader->Read(&r));
   Absorb(r, &out);
-  // Draining: new requests are refused, health says NOT_SERVING.
-  absl::SleepFor(absl::Milliseconds(20));
+  // Draining: health says NOT_SERVING (once the signal is handled), and new
+  // requests are refused.
+  int health = HealthStatus(**c);
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(10);
+       health == 1 && absl::Now() < give_up; health = HealthStatus(**c)) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(health, 2) << "grpc.health.v1 NOT_SERVING while draining";
   Outcome refused = RunColocated(*decode, LongRequest("too-late", 4));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE)
       << refused.status.error_message();
-  EXPECT_EQ(HealthStatus(**c), 2) << "grpc.health.v1 NOT_SERVING while draining";
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("decode worker is draining"));
   while (reader->Read(&r)) Absorb(r, &out);
   const grpc::Status st = reader->Finish();
   EXPECT_TRUE(st.ok()) << st.error_message();

@@ -11,11 +11,14 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tandem::prefill_worker {
 namespace {
 
+using ::tandem::testing::StatusIs;
 using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
 
 struct Chunk {
   engine::SequenceId id;
@@ -118,11 +121,15 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 TEST(PrefillSchedulerConfigTest, RejectsNonPositiveFields) {
-  EXPECT_FALSE(Cfg(0, 1, 1).Validate().ok());
-  EXPECT_FALSE(Cfg(1, 0, 1).Validate().ok());
-  EXPECT_FALSE(Cfg(1, 1, 0).Validate().ok());
-  EXPECT_FALSE(Cfg(1, 1, 1, 0).Validate().ok());
-  EXPECT_TRUE(Cfg(1, 1, 1, 1).Validate().ok());
+  EXPECT_THAT(Cfg(0, 1, 1).Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                HasSubstr("token_budget must be > 0, got 0")));
+  EXPECT_THAT(Cfg(1, 0, 1).Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                HasSubstr("chunk_size must be > 0, got 0")));
+  EXPECT_THAT(Cfg(1, 1, 0).Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                HasSubstr("max_running must be > 0, got 0")));
+  EXPECT_THAT(Cfg(1, 1, 1, 0).Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                   HasSubstr("block_size must be > 0, got 0")));
+  EXPECT_OK(Cfg(1, 1, 1, 1).Validate());
 }
 
 }  // namespace

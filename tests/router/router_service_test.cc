@@ -353,6 +353,8 @@ TEST_F(RouterServiceTest, AdmissionControl) {
   ASSERT_TRUE(Eventually([&] { return h->router().inflight() == 1; }, "the first request"));
   GrpcResult r = Generate(h->stub(), TextRequest("Once"));
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(r.status.error_message(),
+              HasSubstr("the router is at capacity (1 requests in flight)"));
   httplib::Client cli("127.0.0.1", h->http_port());
   auto res = cli.Post("/v1/completions", R"({"prompt":"Once"})", "application/json");
   ASSERT_TRUE(res);
@@ -418,10 +420,15 @@ TEST_F(RouterServiceTest, BadInputIsRejectedAndTheRouterKeepsServing) {
   EXPECT_THAT(r.status.error_message(), HasSubstr("maximum context length"));
   v1::GenerateRequest ids;
   ids.mutable_token_ids()->add_ids(-1);
-  EXPECT_EQ(Generate(h->stub(), ids).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  GrpcResult bad_id = Generate(h->stub(), ids);
+  EXPECT_EQ(bad_id.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad_id.status.error_message(),
+              HasSubstr("prompt token id -1 at index 0 is outside the vocabulary"));
   v1::GenerateRequest model = TextRequest("x");
   model.set_model("nope");
-  EXPECT_EQ(Generate(h->stub(), model).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  GrpcResult bad_model = Generate(h->stub(), model);
+  EXPECT_EQ(bad_model.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad_model.status.error_message(), HasSubstr("The model 'nope' does not exist"));
   // Unknown routes get an OpenAI error body too.
   auto nf = cli.Get("/v1/nothing");
   ASSERT_TRUE(nf);

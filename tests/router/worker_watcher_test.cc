@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/router/fake_worker.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tandem::router {
 namespace {
@@ -147,8 +148,13 @@ TEST_F(WatcherTest, GetaddrinfoResolvesLoopback) {
   absl::StatusOr<std::vector<std::string>> r = ResolveWithGetaddrinfo("localhost:7001");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_THAT(*r, ::testing::Contains(::testing::AnyOf("127.0.0.1:7001", "[::1]:7001")));
-  EXPECT_EQ(ResolveWithGetaddrinfo("no-port").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_FALSE(ResolveWithGetaddrinfo("does-not-exist.invalid:1").ok());
+  EXPECT_THAT(ResolveWithGetaddrinfo("no-port"),
+              ::tandem::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                          ::testing::HasSubstr("'no-port' is not name:port")));
+  EXPECT_THAT(
+      ResolveWithGetaddrinfo("does-not-exist.invalid:1"),
+      ::tandem::testing::StatusIs(absl::StatusCode::kUnavailable,
+                                  ::testing::HasSubstr("resolving 'does-not-exist.invalid:1'")));
 }
 
 }  // namespace

@@ -423,16 +423,20 @@ TEST(EngineTest, BadInputIsRejectedAndStateUnchanged) {
   EXPECT_EQ(engine->kv_cache().num_used_blocks(), 0);
 }
 
-// Generate(): greedy decoding is deterministic, and a fixed seed reproduces a
-// sampled continuation while another seed changes it.
+// Generate(): a fixed seed reproduces a sampled continuation while another
+// seed changes it. The 40-token prompt spans two full blocks of 16, so the
+// second run takes 32 tokens from the prefix cache and still sees the same
+// logits (logprob of every chosen token and the top 5) as the cold first run.
 TEST(EngineTest, GenerateSeededSamplingIsReproducible) {
   const Model& model = SmallModel();
   auto engine = MakeEngine(model);
-  auto prompt = RandomTokens(10, model.config().vocab_size, 1);
+  auto prompt = RandomTokens(40, model.config().vocab_size, 1);
   GenerateOptions o;
   o.max_tokens = 24;
   o.sampling.temperature = 0.8f;
   o.sampling.seed = 1234;
+  o.sampling.logprobs = true;
+  o.sampling.top_logprobs = 5;
   auto r1 = Generate(*engine, 1, prompt, o);
   auto r2 = Generate(*engine, 2, prompt, o);
   o.sampling.seed = 99;
@@ -443,7 +447,21 @@ TEST(EngineTest, GenerateSeededSamplingIsReproducible) {
   EXPECT_EQ(r1->tokens.size(), 24u);
   EXPECT_EQ(r1->tokens, r2->tokens);
   EXPECT_NE(r1->tokens, r3->tokens);
-  EXPECT_GT(r2->cached_prompt_tokens + 1, 0);
+  EXPECT_EQ(r1->cached_prompt_tokens, 0);   // cold engine
+  EXPECT_EQ(r2->cached_prompt_tokens, 32);  // two full blocks of r1's prompt
+  EXPECT_EQ(r3->cached_prompt_tokens, 32);
+  ASSERT_EQ(r2->samples.size(), r1->samples.size());
+  for (size_t i = 0; i < r1->samples.size(); ++i) {
+    const SampleResult& cold = r1->samples[i];
+    const SampleResult& hit = r2->samples[i];
+    EXPECT_NEAR(hit.logprob, cold.logprob, 1e-4) << "token " << i;
+    ASSERT_EQ(hit.top_logprobs.size(), 5u) << "token " << i;
+    ASSERT_EQ(cold.top_logprobs.size(), 5u) << "token " << i;
+    for (size_t k = 0; k < 5; ++k) {
+      EXPECT_EQ(hit.top_logprobs[k].token, cold.top_logprobs[k].token) << "token " << i;
+      EXPECT_NEAR(hit.top_logprobs[k].logprob, cold.top_logprobs[k].logprob, 1e-4) << "token " << i;
+    }
+  }
   EXPECT_EQ(engine->kv_cache().num_used_blocks(), 0);
 }
 

@@ -1,4 +1,5 @@
-// Kernel tests: every ISA path this CPU supports against the scalar reference
+// Kernel tests: every ISA path (one test instance each, skipped with the
+// missing ISA named where this CPU lacks it) against the scalar reference
 // and against double-precision math on the dequantized weights. All inputs
 // come from fixed seeds, printed (SCOPED_TRACE) on failure.
 //
@@ -50,16 +51,31 @@ class IsaGuard {
   Isa saved_;
 };
 
-// Every ISA this machine can run, scalar first.
-std::vector<Isa> SupportedIsas() {
-  std::vector<Isa> isas;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
-    if (static_cast<int>(isa) <= static_cast<int>(DetectIsa())) {
-      isas.push_back(isa);
+// Every kernel path, scalar first. Each runs as its own test instance
+// (Suite/Test/<isa>); on a CPU without the ISA that instance is SKIPPED
+// naming the missing ISA, so a lost path shows in the report.
+constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni};
+
+// A test run with one ISA active (GetParam()); skipped where the CPU lacks it.
+class PerIsaTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (static_cast<int>(isa()) > static_cast<int>(DetectIsa())) {
+      GTEST_SKIP() << "this CPU lacks " << IsaName(isa())
+                   << " (best ISA detected: " << IsaName(DetectIsa()) << ")";
     }
+    SetActiveIsa(isa());
+    ASSERT_EQ(ActiveIsa(), isa());
   }
-  return isas;
-}
+  Isa isa() const { return GetParam(); }
+
+ private:
+  IsaGuard guard_;
+};
+
+#define TANDEM_INSTANTIATE_PER_ISA(suite)                              \
+  INSTANTIATE_TEST_SUITE_P(Isas, suite, ::testing::ValuesIn(kAllIsas), \
+                           [](const auto& info) { return std::string(IsaName(info.param)); })
 
 std::vector<float> RandomFloats(int64_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
@@ -144,8 +160,9 @@ std::string CaseName(const MatMulCase& c) {
   return absl::StrCat(GgmlTypeName(c.type), " rows=", c.rows, " cols=", c.cols, " m=", c.m);
 }
 
-void CheckMatMul(const MatMulCase& c, uint32_t seed) {
-  SCOPED_TRACE(absl::StrCat(CaseName(c), " seed=", seed));
+// Checks `isa` (which the CPU has) on `c`, and against the scalar path.
+void CheckMatMul(Isa isa, const MatMulCase& c, uint32_t seed) {
+  SCOPED_TRACE(absl::StrCat(CaseName(c), " seed=", seed, " ", IsaName(isa)));
   IsaGuard guard;
   const std::vector<uint8_t> data = MakeWeights(c.type, c.rows, c.cols, seed);
   ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(c.type, data.data(), c.rows, c.cols));
@@ -169,45 +186,46 @@ void CheckMatMul(const MatMulCase& c, uint32_t seed) {
 
   base::ThreadPool pool1(1);
   base::ThreadPool pool3(3);
-  std::vector<float> y_scalar;
-  for (Isa isa : SupportedIsas()) {
-    SCOPED_TRACE(IsaName(isa));
-    SetActiveIsa(isa);
-    ASSERT_EQ(ActiveIsa(), isa);
-    std::vector<float> y(c.m * c.rows, -1.0f);
-    MatMul(w, x.data(), c.m, y.data(), pool3);
-    // The result does not depend on the thread count (fixed reduction order).
-    std::vector<float> y1(c.m * c.rows, -2.0f);
-    MatMul(w, x.data(), c.m, y1.data(), pool1);
-    ASSERT_EQ(y, y1);
-    // Batch invariance: a row's result is bitwise the same whatever else
-    // shares the call (alone, or at another position of a smaller batch), so
-    // a sequence's tokens do not depend on the serving batch.
-    for (int64_t i0 : {int64_t{0}, c.m / 2, c.m - 1}) {
-      for (int64_t n : {int64_t{1}, c.m - i0}) {
-        std::vector<float> ys(n * c.rows, -3.0f);
-        MatMul(w, x.data() + i0 * c.cols, n, ys.data(), pool3);
-        ASSERT_TRUE(std::equal(ys.begin(), ys.end(), y.begin() + i0 * c.rows))
-            << "rows [" << i0 << ", " << i0 + n << ") of the batch differ from the batch of "
-            << c.m;
-      }
+  std::vector<float> y_scalar(c.m * c.rows, -4.0f);
+  if (isa != Isa::kScalar) {
+    SetActiveIsa(Isa::kScalar);
+    MatMul(w, x.data(), c.m, y_scalar.data(), pool3);
+  }
+  SetActiveIsa(isa);
+  ASSERT_EQ(ActiveIsa(), isa);
+  std::vector<float> y(c.m * c.rows, -1.0f);
+  MatMul(w, x.data(), c.m, y.data(), pool3);
+  // The result does not depend on the thread count (fixed reduction order).
+  std::vector<float> y1(c.m * c.rows, -2.0f);
+  MatMul(w, x.data(), c.m, y1.data(), pool1);
+  ASSERT_EQ(y, y1);
+  // Batch invariance: a row's result is bitwise the same whatever else
+  // shares the call (alone, or at another position of a smaller batch), so
+  // a sequence's tokens do not depend on the serving batch.
+  for (int64_t i0 : {int64_t{0}, c.m / 2, c.m - 1}) {
+    for (int64_t n : {int64_t{1}, c.m - i0}) {
+      std::vector<float> ys(n * c.rows, -3.0f);
+      MatMul(w, x.data() + i0 * c.cols, n, ys.data(), pool3);
+      ASSERT_TRUE(std::equal(ys.begin(), ys.end(), y.begin() + i0 * c.rows))
+          << "rows [" << i0 << ", " << i0 + n << ") of the batch differ from the batch of " << c.m;
     }
+  }
+  for (int64_t j = 0; j < c.m * c.rows; ++j) {
+    ASSERT_LE(std::fabs(y[j] - ref.y[j]), bound_exact(j))
+        << "i=" << j / c.rows << " r=" << j % c.rows << " got " << y[j] << " want " << ref.y[j];
+  }
+  if (isa != Isa::kScalar) {
     for (int64_t j = 0; j < c.m * c.rows; ++j) {
-      ASSERT_LE(std::fabs(y[j] - ref.y[j]), bound_exact(j))
-          << "i=" << j / c.rows << " r=" << j % c.rows << " got " << y[j] << " want " << ref.y[j];
-    }
-    if (isa == Isa::kScalar) {
-      y_scalar = y;
-    } else {
-      for (int64_t j = 0; j < c.m * c.rows; ++j) {
-        ASSERT_LE(std::fabs(y[j] - y_scalar[j]), bound_paths(j))
-            << "vs scalar: i=" << j / c.rows << " r=" << j % c.rows;
-      }
+      ASSERT_LE(std::fabs(y[j] - y_scalar[j]), bound_paths(j))
+          << "vs scalar: i=" << j / c.rows << " r=" << j % c.rows;
     }
   }
 }
 
-TEST(MatMulTest, AllTypesOddShapes) {
+class MatMulTest : public PerIsaTest {};
+TANDEM_INSTANTIATE_PER_ISA(MatMulTest);
+
+TEST_P(MatMulTest, AllTypesOddShapes) {
   uint32_t seed = 1000;
   for (GgmlType type :
        {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
@@ -217,38 +235,34 @@ TEST(MatMulTest, AllTypesOddShapes) {
     for (int64_t rows : {1, 7, 13, 33, 69}) {
       for (int64_t cols : col_set) {
         for (int64_t m : {1, 2, 3, 5, 17, 64}) {
-          CheckMatMul({type, rows, cols, m}, ++seed);
+          CheckMatMul(isa(), {type, rows, cols, m}, ++seed);
         }
       }
     }
   }
 }
 
-TEST(MatMulTest, LargerShapesCrossPanelAndChunkBoundaries) {
+TEST_P(MatMulTest, LargerShapesCrossPanelAndChunkBoundaries) {
   // cols spans several float K-chunks (256) and quantized panel groups.
   uint32_t seed = 5000;
   for (GgmlType type :
        {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
-    CheckMatMul({type, 203, 1056, 1}, ++seed);
-    CheckMatMul({type, 203, 1056, 19}, ++seed);
-    CheckMatMul({type, 517, 640, 64}, ++seed);
+    CheckMatMul(isa(), {type, 203, 1056, 1}, ++seed);
+    CheckMatMul(isa(), {type, 203, 1056, 19}, ++seed);
+    CheckMatMul(isa(), {type, 517, 640, 64}, ++seed);
   }
 }
 
-TEST(MatMulTest, ZeroActivationsGiveZero) {
-  IsaGuard guard;
+TEST_P(MatMulTest, ZeroActivationsGiveZero) {
   base::ThreadPool pool(2);
   for (GgmlType type : {GgmlType::kF32, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
     const std::vector<uint8_t> data = MakeWeights(type, 9, 64, 7);
     ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(type, data.data(), 9, 64));
     std::vector<float> x(2 * 64, 0.0f);
-    for (Isa isa : SupportedIsas()) {
-      SetActiveIsa(isa);
-      std::vector<float> y(2 * 9, 1.0f);
-      MatMul(w, x.data(), 2, y.data(), pool);
-      for (float v : y) {
-        EXPECT_EQ(v, 0.0f) << IsaName(isa) << " " << GgmlTypeName(type);
-      }
+    std::vector<float> y(2 * 9, 1.0f);
+    MatMul(w, x.data(), 2, y.data(), pool);
+    for (float v : y) {
+      EXPECT_EQ(v, 0.0f) << GgmlTypeName(type);
     }
   }
 }
@@ -296,8 +310,10 @@ TEST(IsaTest, SetActiveIsaClampsToDetected) {
 // RmsNorm, SwiGlu, Rope
 // ---------------------------------------------------------------------------
 
-TEST(RmsNormTest, MatchesDouble) {
-  IsaGuard guard;
+class RmsNormTest : public PerIsaTest {};
+TANDEM_INSTANTIATE_PER_ISA(RmsNormTest);
+
+TEST_P(RmsNormTest, MatchesDouble) {
   for (int64_t n : {1, 7, 64, 100, 2048}) {
     const uint32_t seed = 300 + static_cast<uint32_t>(n);
     SCOPED_TRACE(absl::StrCat("n=", n, " seed=", seed));
@@ -305,22 +321,19 @@ TEST(RmsNormTest, MatchesDouble) {
     std::vector<float> x = RandomFloats(rows * n, seed, 3.0f);
     std::vector<float> weight = RandomFloats(n, seed + 1);
     const float eps = 1e-5f;
-    for (Isa isa : SupportedIsas()) {
-      SetActiveIsa(isa);
-      std::vector<float> out(rows * n);
-      RmsNorm(x.data(), weight.data(), rows, n, eps, out.data());
-      for (int64_t i = 0; i < rows; ++i) {
-        double ss = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          ss += static_cast<double>(x[i * n + j]) * x[i * n + j];
-        }
-        const double scale = 1.0 / std::sqrt(ss / n + eps);
-        for (int64_t j = 0; j < n; ++j) {
-          const double want = x[i * n + j] * scale * weight[j];
-          // Sum of squares: n*u relative; sqrt, divide and two products a few u.
-          const double tol = (n + 8) * kU * std::fabs(want) + 1e-30;
-          ASSERT_LE(std::fabs(out[i * n + j] - want), tol) << IsaName(isa) << " j=" << j;
-        }
+    std::vector<float> out(rows * n);
+    RmsNorm(x.data(), weight.data(), rows, n, eps, out.data());
+    for (int64_t i = 0; i < rows; ++i) {
+      double ss = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        ss += static_cast<double>(x[i * n + j]) * x[i * n + j];
+      }
+      const double scale = 1.0 / std::sqrt(ss / n + eps);
+      for (int64_t j = 0; j < n; ++j) {
+        const double want = x[i * n + j] * scale * weight[j];
+        // Sum of squares: n*u relative; sqrt, divide and two products a few u.
+        const double tol = (n + 8) * kU * std::fabs(want) + 1e-30;
+        ASSERT_LE(std::fabs(out[i * n + j] - want), tol) << " j=" << j;
       }
     }
   }
@@ -328,23 +341,21 @@ TEST(RmsNormTest, MatchesDouble) {
 
 // Elementwise for real: an element's result does not depend on its place
 // in the buffer (vector body or tail), which holds every token of a step.
-TEST(SwiGluTest, ElementResultIndependentOfPosition) {
-  IsaGuard guard;
+class SwiGluTest : public PerIsaTest {};
+TANDEM_INSTANTIATE_PER_ISA(SwiGluTest);
+
+TEST_P(SwiGluTest, ElementResultIndependentOfPosition) {
   std::vector<float> gate = RandomFloats(37, 5, 3.0f), up = RandomFloats(37, 6);
-  for (Isa isa : SupportedIsas()) {
-    SetActiveIsa(isa);
-    std::vector<float> all(37);
-    SwiGlu(gate.data(), up.data(), 37, all.data());
-    for (int64_t j = 0; j < 37; ++j) {
-      float one;
-      SwiGlu(gate.data() + j, up.data() + j, 1, &one);
-      ASSERT_EQ(one, all[j]) << IsaName(isa) << " element " << j;
-    }
+  std::vector<float> all(37);
+  SwiGlu(gate.data(), up.data(), 37, all.data());
+  for (int64_t j = 0; j < 37; ++j) {
+    float one;
+    SwiGlu(gate.data() + j, up.data() + j, 1, &one);
+    ASSERT_EQ(one, all[j]) << "element " << j;
   }
 }
 
-TEST(SwiGluTest, MatchesDouble) {
-  IsaGuard guard;
+TEST_P(SwiGluTest, MatchesDouble) {
   const uint32_t seed = 42;
   SCOPED_TRACE(absl::StrCat("seed=", seed));
   std::vector<float> gate = RandomFloats(1001, seed, 4.0f);
@@ -353,17 +364,14 @@ TEST(SwiGluTest, MatchesDouble) {
   gate[1] = 100.0f;
   gate[2] = 0.0f;
   gate[3] = -87.0f;
-  for (Isa isa : SupportedIsas()) {
-    SetActiveIsa(isa);
-    std::vector<float> out(gate.size());
-    SwiGlu(gate.data(), up.data(), static_cast<int64_t>(gate.size()), out.data());
-    for (size_t i = 0; i < gate.size(); ++i) {
-      const double g = gate[i];
-      const double want = g / (1.0 + std::exp(-g)) * up[i];
-      // exp is a polynomial with a few ulp error; the rest is 3 roundings.
-      ASSERT_LE(std::fabs(out[i] - want), 16 * kU * std::fabs(want) + 1e-30)
-          << IsaName(isa) << " i=" << i << " gate=" << g;
-    }
+  std::vector<float> out(gate.size());
+  SwiGlu(gate.data(), up.data(), static_cast<int64_t>(gate.size()), out.data());
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = gate[i];
+    const double want = g / (1.0 + std::exp(-g)) * up[i];
+    // exp is a polynomial with a few ulp error; the rest is 3 roundings.
+    ASSERT_LE(std::fabs(out[i] - want), 16 * kU * std::fabs(want) + 1e-30)
+        << "i=" << i << " gate=" << g;
   }
 }
 
@@ -448,11 +456,11 @@ struct AttentionCase {
   int block_size;
 };
 
+// With the active ISA.
 void CheckPagedAttention(const AttentionCase& c, uint32_t seed) {
   SCOPED_TRACE(absl::StrCat("dtype=", GgmlTypeName(c.dtype), " kv_heads=", c.n_kv_heads,
                             " ratio=", c.ratio, " head_dim=", c.head_dim, " block=", c.block_size,
                             " seed=", seed));
-  IsaGuard guard;
   std::mt19937 rng(seed);
   const int n_heads = c.n_kv_heads * c.ratio;
   const int hd = c.head_dim;
@@ -554,26 +562,25 @@ void CheckPagedAttention(const AttentionCase& c, uint32_t seed) {
     }
   }
   base::ThreadPool pool(3);
-  for (Isa isa : SupportedIsas()) {
-    SCOPED_TRACE(IsaName(isa));
-    SetActiveIsa(isa);
-    std::vector<float> out(n_tokens * n_heads * hd, -7.0f);
-    PagedAttention(q.data(), n_tokens, positions.data(), token_tables.data(), kv, n_heads, scale,
-                   out.data(), pool);
-    for (int64_t j = 0; j < n_tokens * n_heads * hd; ++j) {
-      // Outputs are convex combinations of V entries (|v| < ~5 here). A score
-      // carries at most hd*u*sum|q k| ~ 1e-5 absolute error, the polynomial
-      // exp a few ulp and the running rescales a few more, so each weight is
-      // off by ~2e-5 relative: 1e-4 absolute leaves margin without hiding a
-      // wrong key (which shifts outputs by ~0.1).
-      ASSERT_NEAR(out[j], want[j], 1e-4)
-          << "token " << j / (n_heads * hd) << " pos " << positions[j / (n_heads * hd)] << " head "
-          << (j / hd) % n_heads << " dim " << j % hd;
-    }
+  std::vector<float> out(n_tokens * n_heads * hd, -7.0f);
+  PagedAttention(q.data(), n_tokens, positions.data(), token_tables.data(), kv, n_heads, scale,
+                 out.data(), pool);
+  for (int64_t j = 0; j < n_tokens * n_heads * hd; ++j) {
+    // Outputs are convex combinations of V entries (|v| < ~5 here). A score
+    // carries at most hd*u*sum|q k| ~ 1e-5 absolute error, the polynomial
+    // exp a few ulp and the running rescales a few more, so each weight is
+    // off by ~2e-5 relative: 1e-4 absolute leaves margin without hiding a
+    // wrong key (which shifts outputs by ~0.1).
+    ASSERT_NEAR(out[j], want[j], 1e-4)
+        << "token " << j / (n_heads * hd) << " pos " << positions[j / (n_heads * hd)] << " head "
+        << (j / hd) % n_heads << " dim " << j % hd;
   }
 }
 
-TEST(PagedAttentionTest, MatchesNaiveSoftmax) {
+class PagedAttentionTest : public PerIsaTest {};
+TANDEM_INSTANTIATE_PER_ISA(PagedAttentionTest);
+
+TEST_P(PagedAttentionTest, MatchesNaiveSoftmax) {
   uint32_t seed = 9000;
   for (GgmlType dtype : {GgmlType::kF32, GgmlType::kF16}) {
     for (int ratio : {1, 2, 4}) {

@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -268,6 +269,14 @@ class Cluster {
   DirectCommitter& committer() { return committer_; }
   MetricsRegistry& decode_registry() { return decode_registry_; }
   SimulatedClock& clock() { return clock_; }
+  // Whether an engine thread is (or soon is) asleep until exactly `t`: moving
+  // the clock to `t` must then wake it, as no post will.
+  bool SleepsUntil(absl::Time t) {
+    return Eventually([&] {
+      const std::vector<absl::Time> w = clock_.wakeups();
+      return std::find(w.begin(), w.end(), t) != w.end();
+    });
+  }
 
   // Returns once the decode engine has run a whole loop turn (deadlines,
   // fences, load) that started after the call: two round trips through its
@@ -687,7 +696,8 @@ TEST(WorkerLoopbackTest, FenceWithoutWordFromTheWriterLiftsAfterDeadlineAndGrace
   c.SyncDecode();
   EXPECT_EQ(c.decode().load().fenced, 1);
   EXPECT_EQ(c.decode().load().used_blocks, static_cast<int32_t>(orphan.block_ids.size()));
-  // Deadline + grace: lifted (the engine wakes for it; no post needed).
+  // Deadline + grace: lifted (the engine sleeps until then; the clock wakes it).
+  ASSERT_TRUE(c.SleepsUntil(orphan.deadline + absl::Seconds(3)));
   c.clock().AdvanceTime(absl::Nanoseconds(1));
   EXPECT_TRUE(FencedBecomes(c, 0));
   EXPECT_TRUE(c.PoolsBackToZero());
@@ -729,6 +739,7 @@ TEST(WorkerLoopbackTest, ReserveQueuesUntilThePoolHasItsBlocks) {
   c.SyncDecode();
   EXPECT_FALSE(late_sink.done()) << late_sink.status();
   EXPECT_EQ(c.decode().load().waiting, 2);
+  ASSERT_TRUE(c.SleepsUntil(late.deadline));
   c.clock().AdvanceTime(absl::Nanoseconds(1));
   ASSERT_TRUE(late_sink.WaitDone());
   EXPECT_THAT(late_sink.status(),
@@ -794,17 +805,17 @@ TEST(WorkerLoopbackTest, PrefillStopWaitsForAStuckCommitOnlyUntilTheShutdownBoun
     c.prefill().Stop();
     stopped = true;
   });
+  absl::Cleanup join = [&] {
+    c.clock().AdvanceTime(absl::Hours(1));  // lets Stop() return should a check fail
+    stopper.join();
+  };
   // The engine thread sleeps until the bound; just before it, Stop still waits.
   const absl::Time bound = t_stop + absl::Seconds(3);
-  ASSERT_TRUE(Eventually([&] {
-    const std::vector<absl::Time> w = c.clock().wakeups();
-    return std::find(w.begin(), w.end(), bound) != w.end();
-  }));
+  ASSERT_TRUE(c.SleepsUntil(bound));
   c.clock().SetTime(bound - absl::Nanoseconds(1));
   EXPECT_FALSE(stopped.load());
   c.clock().AdvanceTime(absl::Nanoseconds(1));
   EXPECT_TRUE(Eventually([&] { return stopped.load(); }));
-  stopper.join();
   EXPECT_THAT(run->call->Wait(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("prefill worker shutting down")));
   EXPECT_EQ(c.prefill().num_live_requests(), 0);

@@ -179,7 +179,7 @@ void DecodeEngine::Loop() {
     const bool progressed = RunStep();
     UpdateLoad();
     if (!progressed) {
-      queue_.WaitFor(IdleWait(clock_.Now()));
+      Idle();
     }
   }
   queue_.Close();
@@ -193,23 +193,26 @@ void DecodeEngine::Loop() {
   UpdateLoad();
 }
 
-absl::Duration DecodeEngine::IdleWait(absl::Time now) const {
-  absl::Duration wait = absl::Milliseconds(100);
+void DecodeEngine::Idle() {
+  // KV arriving and receives finishing post nothing: poll those in real
+  // time. Everything else that ends a wait is a post or a deadline.
+  absl::Time wake = absl::InfiniteFuture();
+  bool poll = false;
   for (const Fence& f : fences_) {
-    if (transfer_mode_ != "put") {
-      return options_.commit_poll_interval;  // until its receives finish
-    }
-    wait = std::min(wait, std::max(absl::ZeroDuration(), f.release_at - now));
+    poll |= transfer_mode_ != "put";  // until its receives finish
+    wake = std::min(wake, f.release_at);
   }
   for (const auto& [key, s] : seqs_) {
-    if (s->state == State::kCommitting) {
-      return options_.commit_poll_interval;
-    }
+    poll |= s->state == State::kCommitting;
     if (s->state == State::kReserved || s->state == State::kQueued) {
-      wait = std::min(wait, std::max(absl::ZeroDuration(), s->deadline - now));
+      wake = std::min(wake, s->deadline);
     }
   }
-  return wait;
+  if (poll) {
+    queue_.WaitFor(options_.commit_poll_interval);
+  } else {
+    queue_.WaitUntil(clock_, wake);
+  }
 }
 
 void DecodeEngine::DoSubmit(engine::SequenceId key, RequestSpec spec, RequestSink* sink, bool reserve) {

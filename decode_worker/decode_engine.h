@@ -156,7 +156,8 @@ struct DecodeEngineOptions {
   // RESOURCE_EXHAUSTED.
   int32_t max_waiting = 1024;
   std::string worker_id = "decode";
-  // Idle wait between polls for KV of committed reservations.
+  // Idle wait (real time) between polls for KV of committed reservations
+  // and, in message mode, for receives into fenced blocks to finish.
   absl::Duration commit_poll_interval = absl::Microseconds(200);
   // Put mode: how long after a reservation's deadline its fenced blocks
   // free when the prefill worker never said it stopped writing.
@@ -249,7 +250,9 @@ class DecodeEngine {
   void Release(Seq& s);
   void Preempt(Seq& s);
   void UpdateLoad();
-  absl::Duration IdleWait(absl::Time now) const;
+  // Sleeps until a post, the next deadline on the clock, or (while KV may
+  // be arriving) commit_poll_interval of real time.
+  void Idle();
 
   std::unique_ptr<engine::Engine> engine_;
   kvtransfer::KvTransport* const transport_;

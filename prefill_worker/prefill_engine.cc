@@ -122,21 +122,21 @@ void PrefillEngine::Loop() {
     const bool progressed = RunStep();
     UpdateLoad();
     if (!progressed) {
-      queue_.WaitFor(IdleWait(clock_.Now()));
+      queue_.WaitUntil(clock_, NextDeadline());
     }
   }
   // Abort everything; writes in flight must finish (their sources are our
   // KV pool) before the jobs complete, bounded so a stuck transport cannot
-  // hold the shutdown.
+  // hold the shutdown (options_.shutdown_bound on the clock).
   std::vector<engine::SequenceId> keys;
   for (const auto& [key, s] : seqs_) keys.push_back(key);
   for (engine::SequenceId key : keys) {
     auto it = seqs_.find(key);
     if (it != seqs_.end()) Abort(*it->second, stop_reason_);
   }
-  const absl::Time give_up = absl::Now() + absl::Seconds(3);
-  while (!seqs_.empty() && absl::Now() < give_up) {
-    queue_.WaitFor(absl::Milliseconds(10));
+  const absl::Time give_up = clock_.Now() + options_.shutdown_bound;
+  while (!seqs_.empty() && clock_.Now() < give_up) {
+    queue_.WaitUntil(clock_, give_up);
     queue_.RunPending();
   }
   queue_.Close();
@@ -150,14 +150,14 @@ void PrefillEngine::Loop() {
   UpdateLoad();
 }
 
-absl::Duration PrefillEngine::IdleWait(absl::Time now) const {
-  absl::Duration wait = absl::Milliseconds(100);
+absl::Time PrefillEngine::NextDeadline() const {
+  absl::Time next = absl::InfiniteFuture();
   for (const auto& [key, s] : seqs_) {
     if (s->state != State::kAborting && s->state != State::kCommitting) {
-      wait = std::min(wait, std::max(absl::ZeroDuration(), s->job.deadline - now));
+      next = std::min(next, s->job.deadline);
     }
   }
-  return wait;
+  return next;
 }
 
 void PrefillEngine::AbortReservation(const std::string& decode_worker,

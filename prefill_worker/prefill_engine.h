@@ -108,6 +108,9 @@ struct PrefillEngineOptions {
   PrefillSchedulerConfig scheduler;  // block_size is taken from the engine
   int32_t max_queued = 1024;         // admission queue bound (RESOURCE_EXHAUSTED beyond)
   std::string worker_id = "prefill";
+  // Stop(): how long (on the engine's clock) aborted jobs may wait for their
+  // writes to end before they complete anyway (a stuck transport).
+  absl::Duration shutdown_bound = absl::Seconds(3);
 };
 
 class PrefillEngine {
@@ -171,7 +174,8 @@ class PrefillEngine {
   void Complete(Seq& s, absl::StatusOr<PrefillResult> result);
   void CheckDeadlines(absl::Time now);
   void UpdateLoad();
-  absl::Duration IdleWait(absl::Time now) const;
+  // The earliest deadline CheckDeadlines acts on (the idle loop's wake-up).
+  absl::Time NextDeadline() const;
 
   std::unique_ptr<engine::Engine> engine_;
   kvtransfer::KvTransport* const transport_;

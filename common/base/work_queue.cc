@@ -26,9 +26,13 @@ size_t WorkQueue::RunPending() {
 }
 
 void WorkQueue::WaitFor(absl::Duration timeout) {
+  WaitUntil(RealClock::Get(), absl::Now() + timeout);
+}
+
+void WorkQueue::WaitUntil(Clock& clock, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !tasks_.empty() || closed_; };
-  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  clock.AwaitWithDeadline(&mu_, absl::Condition(&ready), deadline);
 }
 
 void WorkQueue::Close() {

@@ -14,6 +14,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/clock.h"
 
 namespace tandem::base {
 
@@ -31,6 +32,9 @@ class WorkQueue {
   // Owner thread. Returns when a task is pending, the queue is closed, or
   // `timeout` (real time) has passed.
   void WaitFor(absl::Duration timeout);
+  // Owner thread. Returns when a task is pending, the queue is closed, or
+  // `clock` reaches `deadline` (a SimulatedClock moved past it wakes this).
+  void WaitUntil(Clock& clock, absl::Time deadline);
 
   // Any thread. Later Posts fail; tasks already queued still run on the
   // owner's next RunPending().

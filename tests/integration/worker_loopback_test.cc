@@ -1,7 +1,12 @@
 // The prefill and decode engines of the two worker libraries in one process,
 // joined by LoopbackTransport (wrapped in FaultInjectingTransport) and a
 // committer that calls the decode engine directly: the KV push / commit /
-// import logic without gRPC or UCX, fast and deterministic.
+// import logic without gRPC or UCX. Both engines run on one SimulatedClock:
+// deadlines, fences and grace periods pass only when a test advances it, so
+// each is checked to the nanosecond (not yet at T - 1 ns, done at T) and
+// none fires early on a slow machine. What the tests wait for in real time
+// (an engine thread reaching a state, delayed writes) they wait for as a
+// condition with a generous bound.
 //
 // Scenarios:
 //  - Chunks that end inside blocks, several requests per prefill step,
@@ -10,24 +15,29 @@
 //  - Preemption of imported sequences on a small decode pool: they are
 //    recomputed locally (prompt + generated) and still match Generate().
 //  - Writes that report success but never land (drop): the decode engine
-//    fails the commit at the reservation deadline (DEADLINE_EXCEEDED to the
-//    prefill side, UNAVAILABLE to the client); nothing leaks.
+//    fails the commit at the reservation deadline, not before
+//    (DEADLINE_EXCEEDED to the prefill side, UNAVAILABLE to the client);
+//    nothing leaks.
 //  - Writes that fail: the prefill call fails UNAVAILABLE without
-//    committing; the reservation expires; nothing leaks.
+//    committing; its abort notice ends the reservation with no time passing;
+//    nothing leaks.
 //  - A prefill worker whose Prefill call is cancelled mid-push frees its
 //    blocks once the writes are done.
+//  - Fences over cancelled reservations; Reserves queued for blocks; a
+//    refused prefill; the prefill engine's shutdown bound.
 
 #include <algorithm>
 #include <atomic>
 #include <iterator>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
 #include "common/base/clock.h"
 #include "common/engine/engine.h"
 #include "common/engine/generation.h"
@@ -39,12 +49,14 @@
 #include "kvtransfer/fault_injecting_transport.h"
 #include "kvtransfer/loopback_transport.h"
 #include "prefill_worker/prefill_engine.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/test_paths.h"
 
 namespace tandem {
 namespace {
 
+using ::tandem::testing::Eventually;
 using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -158,12 +170,25 @@ class Call : public prefill_worker::PrefillCall {
       absl::UnknownError("unset");
 };
 
-// Commits straight into the decode engine (the gRPC hop of the real worker).
+// Commits straight into the decode engine (the gRPC hop of the real worker),
+// or holds them unanswered (a decode worker that never replies).
 class DirectCommitter : public prefill_worker::Committer {
  public:
   void set_decode(decode_worker::DecodeEngine* d) { decode_ = d; }
+  void set_hold(bool hold) {
+    absl::MutexLock lock(&mu_);
+    hold_ = hold;
+  }
   void Commit(prefill_worker::CommitArgs args,
               absl::AnyInvocable<void(absl::Status) &&> done) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (hold_) {
+        ++commits_;
+        held_.push_back(std::move(done));  // destroyed unrun
+        return;
+      }
+    }
     decode_worker::CommitSpec c;
     c.request_id = args.request_id;
     c.first = args.first;
@@ -175,9 +200,13 @@ class DirectCommitter : public prefill_worker::Committer {
   }
 
   int aborts() const { return aborts_.load(); }
+  int commits() const { return commits_.load(); }
 
  private:
   decode_worker::DecodeEngine* decode_ = nullptr;
+  absl::Mutex mu_;
+  bool hold_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<absl::AnyInvocable<void(absl::Status) &&>> held_ ABSL_GUARDED_BY(mu_);
   std::atomic<int> commits_{0};
   std::atomic<int> aborts_{0};
 };
@@ -190,6 +219,7 @@ struct Options {
   absl::Duration reservation_deadline = absl::Seconds(10);
   absl::Duration fence_grace = absl::Seconds(1);
   int32_t prefill_max_queued = 1024;
+  absl::Duration prefill_shutdown_bound = absl::Seconds(3);
 };
 
 class Cluster {
@@ -208,7 +238,7 @@ class Cluster {
     dopts.fence_grace = o.fence_grace;
     decode_ = std::make_unique<decode_worker::DecodeEngine>(std::move(d_engine), &decode_transport_,
                                                             *region, dopts, &decode_metrics_,
-                                                            base::RealClock::Get());
+                                                            clock_);
     auto p_engine = MakeEngine(o.prefill_blocks);
     prefill_transport_ = std::make_unique<kvtransfer::FaultInjectingTransport>(
         std::make_unique<kvtransfer::LoopbackTransport>());
@@ -219,9 +249,10 @@ class Cluster {
     popts.scheduler.token_budget = o.token_budget;
     popts.scheduler.chunk_size = o.chunk_size;
     popts.max_queued = o.prefill_max_queued;
+    popts.shutdown_bound = o.prefill_shutdown_bound;
     prefill_ = std::make_unique<prefill_worker::PrefillEngine>(
         std::move(p_engine), prefill_transport_.get(), &committer_, popts, &prefill_metrics_,
-        base::RealClock::Get());
+        clock_);
     decode_->Start(nullptr);
     prefill_->Start(nullptr);
   }
@@ -235,8 +266,32 @@ class Cluster {
   decode_worker::DecodeEngine& decode() { return *decode_; }
   prefill_worker::PrefillEngine& prefill() { return *prefill_; }
   kvtransfer::FaultInjectingTransport& faults() { return *prefill_transport_; }
-  const DirectCommitter& committer() const { return committer_; }
+  DirectCommitter& committer() { return committer_; }
   base::MetricsRegistry& decode_registry() { return decode_registry_; }
+  base::SimulatedClock& clock() { return clock_; }
+  // Whether an engine thread is (or soon is) asleep until exactly `t`: moving
+  // the clock to `t` must then wake it, as no post will.
+  bool SleepsUntil(absl::Time t) {
+    return Eventually([&] {
+      const std::vector<absl::Time> w = clock_.wakeups();
+      return std::find(w.begin(), w.end(), t) != w.end();
+    });
+  }
+
+  // Returns once the decode engine has run a whole loop turn (deadlines,
+  // fences, load) that started after the call: two round trips through its
+  // queue. Moving the clock and then syncing shows what the engine does at
+  // that time.
+  void SyncDecode() {
+    for (int i = 0; i < 2; ++i) {
+      absl::Notification done;
+      decode_->Cancel("no-such-request", [&](bool found) {
+        EXPECT_FALSE(found);
+        done.Notify();
+      });
+      ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+    }
+  }
 
   // The router's part: reservation -> prefill job.
   static prefill_worker::PrefillJob JobFor(const decode_worker::Reservation& r,
@@ -258,15 +313,11 @@ class Cluster {
   }
 
   ::testing::AssertionResult PoolsBackToZero() {
-    const absl::Time deadline = absl::Now() + absl::Seconds(5);
-    while (absl::Now() < deadline) {
-      const decode_worker::LoadInfo d = decode_->load();
-      const prefill_worker::PrefillLoad p = prefill_->load();
-      if (d.used_blocks == 0 && p.used_blocks == 0 && decode_->num_live_requests() == 0 &&
-          prefill_->num_live_requests() == 0) {
-        return ::testing::AssertionSuccess();
-      }
-      absl::SleepFor(absl::Milliseconds(5));
+    if (Eventually([this] {
+          return decode_->load().used_blocks == 0 && prefill_->load().used_blocks == 0 &&
+                 decode_->num_live_requests() == 0 && prefill_->num_live_requests() == 0;
+        })) {
+      return ::testing::AssertionSuccess();
     }
     return ::testing::AssertionFailure()
            << "decode " << decode_->load().used_blocks << " blocks used, "
@@ -275,6 +326,7 @@ class Cluster {
   }
 
  private:
+  base::SimulatedClock clock_{absl::FromUnixSeconds(1000000)};
   base::MetricsRegistry decode_registry_;
   base::MetricsRegistry prefill_registry_;
   decode_worker::DecodeMetrics decode_metrics_;
@@ -325,6 +377,7 @@ uint64_t FormulaBytes(size_t prompt_tokens) {
 struct Running {
   std::unique_ptr<Sink> sink = std::make_unique<Sink>();
   std::unique_ptr<Call> call = std::make_unique<Call>();
+  decode_worker::Reservation reservation;
 };
 
 // Reserve on decode, prefill with the reservation; returns the handles.
@@ -336,10 +389,9 @@ std::unique_ptr<Running> Start(Cluster& c, const Want& w, const std::string& id)
   spec.max_tokens = w.max_tokens;
   spec.sampling = w.sampling;
   c.decode().SubmitReserve(c.decode().NewRequestKey(), spec, r->sink.get());
-  decode_worker::Reservation res;
-  EXPECT_TRUE(r->sink->WaitReservation(&res));
-  c.prefill().Submit(c.prefill().NewRequestKey(), Cluster::JobFor(res, w.prompt, w.sampling),
-                     r->call.get());
+  EXPECT_TRUE(r->sink->WaitReservation(&r->reservation));
+  c.prefill().Submit(c.prefill().NewRequestKey(),
+                     Cluster::JobFor(r->reservation, w.prompt, w.sampling), r->call.get());
   return r;
 }
 
@@ -426,45 +478,58 @@ TEST(WorkerLoopbackTest, ImportedSequencesPreemptedAndRecomputedMatchReference) 
 }
 
 TEST(WorkerLoopbackTest, DroppedWritesFailAtTheReservationDeadline) {
-  Options o;
-  o.reservation_deadline = absl::Milliseconds(300);
-  Cluster c(o);
+  Cluster c(Options{});
   kvtransfer::FaultSpec spec;
   spec.drop = true;
   c.faults().set_faults(spec);
   const Want w = Reference(Tokens("The sun was hot and the sky was blue."), 8, {});
-  const absl::Time t0 = absl::Now();
+  const absl::Time t0 = c.clock().Now();
   auto run = Start(c, w, "dropped");
+  EXPECT_EQ(run->reservation.deadline, t0 + absl::Seconds(10));  // Options::reservation_deadline
+  // The writes "succeeded": the prefill worker commits, the decode worker
+  // waits for bytes that never come, until the deadline and not a moment less.
+  ASSERT_TRUE(Eventually([&] { return c.committer().commits() == 1; }));
+  c.SyncDecode();
+  c.clock().SetTime(run->reservation.deadline - absl::Nanoseconds(1));
+  c.SyncDecode();
+  EXPECT_FALSE(run->sink->done()) << run->sink->status();
+  EXPECT_EQ(c.decode().load().reserved, 1);
+  c.clock().AdvanceTime(absl::Nanoseconds(1));
   EXPECT_THAT(run->call->Wait(),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
-                       HasSubstr("KV bytes arrived by the reservation deadline")));
+                       HasSubstr("0 of " + std::to_string(FormulaBytes(w.prompt.size())) +
+                                 " KV bytes arrived by the reservation deadline")));
   ASSERT_TRUE(run->sink->WaitDone());
   EXPECT_THAT(run->sink->status(), StatusIs(absl::StatusCode::kUnavailable,
                                             HasSubstr("KV transfer incomplete at the deadline")));
-  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(250));
   EXPECT_TRUE(c.PoolsBackToZero());
+  EXPECT_THAT(c.decode_registry().RenderText(),
+              HasSubstr("tandem_decode_reservations_expired_total 1\n"));
 }
 
 TEST(WorkerLoopbackTest, FailedWritesFailThePrefillAndTheReservationExpires) {
-  Options o;
-  o.reservation_deadline = absl::Milliseconds(300);
-  Cluster c(o);
+  Cluster c(Options{});
   kvtransfer::FaultSpec spec;
   spec.fail_after_writes = 2;
   c.faults().set_faults(spec);
   const Want w = Reference(Tokens("The sun was hot and the sky was blue."), 8, {});
+  const absl::Time t0 = c.clock().Now();
   auto run = Start(c, w, "failed");
-  const absl::Time t0 = absl::Now();
   EXPECT_THAT(run->call->Wait(),
-              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("injected failure")));
-  // The prefill worker's abort notice ends the decode side at once (not at
-  // the 300 ms deadline) and frees its blocks without a fence.
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("KV push to decode worker in-process: injected after 2 writes: injected failure")));
+  // The prefill worker's abort notice ends the decode side at once: no
+  // simulated time passes, let alone the 10 s reservation deadline, and the
+  // blocks free without a fence.
   ASSERT_TRUE(run->sink->WaitDone());
   EXPECT_THAT(run->sink->status(),
-              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("prefill worker gave it up")));
-  EXPECT_LT(absl::Now() - t0, absl::Milliseconds(250));
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("request failed: the prefill worker gave it up")));
+  EXPECT_EQ(c.clock().Now(), t0);
   EXPECT_EQ(c.committer().aborts(), 1);
+  EXPECT_EQ(c.committer().commits(), 0);
   EXPECT_TRUE(c.PoolsBackToZero());
+  EXPECT_EQ(c.decode().load().fenced, 0);
   // The cluster still serves once the transport heals.
   c.faults().set_faults({});
   const Want ok = Reference(Tokens("Tom saw a dog."), 8, {});
@@ -478,7 +543,7 @@ TEST(WorkerLoopbackTest, FailedWritesFailThePrefillAndTheReservationExpires) {
 TEST(WorkerLoopbackTest, CancelledPrefillFreesBlocksAfterItsWrites) {
   Cluster c(Options{});
   kvtransfer::FaultSpec spec;
-  spec.delay = absl::Milliseconds(200);  // writes stay in flight
+  spec.delay = absl::Seconds(60);  // writes stay in flight (the cancel ends them at once)
   c.faults().set_faults(spec);
   const Want w = Reference(Tokens("Sara had a toy car and a red hat."), 8, {});
   decode_worker::RequestSpec rs;
@@ -492,15 +557,18 @@ TEST(WorkerLoopbackTest, CancelledPrefillFreesBlocksAfterItsWrites) {
   Call call;
   const engine::SequenceId key = c.prefill().NewRequestKey();
   c.prefill().Submit(key, Cluster::JobFor(res, w.prompt, w.sampling), &call);
-  absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(Eventually([&] { return c.faults().writes() > 0; }));  // mid-push
   c.prefill().CancelKey(key);
-  EXPECT_THAT(call.Wait(), StatusIs(absl::StatusCode::kCancelled, ::testing::_));
+  EXPECT_THAT(call.Wait(),
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("request cancelled cancelled")));
   // Once its writes ended the prefill worker told the decode worker, which
   // gave the request up (the router's own cancel finds nothing left).
   ASSERT_TRUE(sink.WaitDone());
   EXPECT_THAT(sink.status(),
-              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("prefill worker gave it up")));
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("request cancelled: the prefill worker gave it up")));
   EXPECT_EQ(c.committer().aborts(), 1);
+  EXPECT_EQ(c.committer().commits(), 0);
   absl::Notification cancelled;
   c.decode().Cancel("cancelled", [&](bool found) {
     EXPECT_FALSE(found);
@@ -510,8 +578,8 @@ TEST(WorkerLoopbackTest, CancelledPrefillFreesBlocksAfterItsWrites) {
   EXPECT_TRUE(c.PoolsBackToZero());  // no fence: the writer said it stopped
 }
 
-// Blocks of `id`'s reservation, from a fresh Reserve on the decode engine.
-std::vector<int32_t> ReserveBlocks(Cluster& c, const std::string& id, const Want& w, Sink* sink) {
+// `id`'s reservation, from a fresh Reserve on the decode engine.
+decode_worker::Reservation Reserve(Cluster& c, const std::string& id, const Want& w, Sink* sink) {
   decode_worker::RequestSpec rs;
   rs.request_id = id;
   rs.prompt = w.prompt;
@@ -519,7 +587,7 @@ std::vector<int32_t> ReserveBlocks(Cluster& c, const std::string& id, const Want
   c.decode().SubmitReserve(c.decode().NewRequestKey(), rs, sink);
   decode_worker::Reservation res;
   EXPECT_TRUE(sink->WaitReservation(&res));
-  return res.block_ids;
+  return res;
 }
 
 void CancelOnDecode(Cluster& c, const std::string& id) {
@@ -547,11 +615,7 @@ void AbortOnDecode(Cluster& c, const std::string& id) {
 
 // The decode engine publishes its load after each loop turn: poll.
 bool FencedBecomes(Cluster& c, int32_t n) {
-  const absl::Time until = absl::Now() + absl::Seconds(5);
-  while (c.decode().load().fenced != n && absl::Now() < until) {
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  return c.decode().load().fenced == n;
+  return Eventually([&] { return c.decode().load().fenced == n; });
 }
 
 bool Disjoint(std::vector<int32_t> a, std::vector<int32_t> b) {
@@ -570,7 +634,7 @@ bool Disjoint(std::vector<int32_t> a, std::vector<int32_t> b) {
 TEST(WorkerLoopbackTest, ReservationCancelledMidWriteIsFencedUntilTheWriterStops) {
   Cluster c(Options{});
   kvtransfer::FaultSpec spec;
-  spec.delay = absl::Milliseconds(300);
+  spec.delay = absl::Seconds(1);  // real time: the writes land after the checks below
   c.faults().set_faults(spec);
   const Want w = Reference(Tokens("Lily found a shiny stone near the river and she"), 8, {});
   Sink sink;
@@ -584,45 +648,58 @@ TEST(WorkerLoopbackTest, ReservationCancelledMidWriteIsFencedUntilTheWriterStops
   Call call;
   c.prefill().Submit(c.prefill().NewRequestKey(), Cluster::JobFor(res, w.prompt, w.sampling),
                      &call);
-  absl::SleepFor(absl::Milliseconds(50));  // writes are in flight
+  ASSERT_TRUE(Eventually([&] { return c.faults().writes() > 0; }));  // writes are in flight
   CancelOnDecode(c, "fenced");
   ASSERT_TRUE(sink.WaitDone());
-  EXPECT_THAT(sink.status(), StatusIs(absl::StatusCode::kCancelled, ::testing::_));
+  EXPECT_THAT(sink.status(),
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("request fenced cancelled")));
   ASSERT_TRUE(FencedBecomes(c, 1));
   EXPECT_EQ(c.decode().load().used_blocks, static_cast<int32_t>(res.block_ids.size()));
   EXPECT_THAT(c.decode_registry().RenderText(), HasSubstr("tandem_decode_fenced_reservations 1\n"));
 
+  // No simulated time passes in this test: only the writer's word can lift it.
   Sink next_sink;
-  const std::vector<int32_t> next = ReserveBlocks(c, "next", w, &next_sink);
+  const std::vector<int32_t> next = Reserve(c, "next", w, &next_sink).block_ids;
   EXPECT_TRUE(Disjoint(res.block_ids, next)) << "a fenced block was handed out again";
 
   // The prefill worker finishes its writes and commits: NotFound, which it
   // reports, and the fence goes.
-  EXPECT_THAT(call.Wait(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("no reservation")));
+  EXPECT_THAT(call.Wait(),
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr("commit: no reservation for request fenced (cancelled, "
+                                 "expired or never made)")));
   EXPECT_TRUE(FencedBecomes(c, 0));
   AbortOnDecode(c, "next");
   EXPECT_TRUE(c.PoolsBackToZero());
 }
 
 // A writer that never reports (a killed prefill worker): the fence lifts
-// `fence_grace` after the reservation's deadline, not before.
+// `fence_grace` after the reservation's deadline, not a nanosecond before.
 TEST(WorkerLoopbackTest, FenceWithoutWordFromTheWriterLiftsAfterDeadlineAndGrace) {
   Options o;
-  o.reservation_deadline = absl::Milliseconds(200);
-  o.fence_grace = absl::Milliseconds(300);
+  o.reservation_deadline = absl::Seconds(2);
+  o.fence_grace = absl::Seconds(3);
   Cluster c(o);
   const Want w = Reference(Tokens("Max ran to the park with his red kite."), 8, {});
   Sink sink;
-  const absl::Time t0 = absl::Now();
-  const std::vector<int32_t> blocks = ReserveBlocks(c, "orphan", w, &sink);
+  const absl::Time t0 = c.clock().Now();
+  const decode_worker::Reservation orphan = Reserve(c, "orphan", w, &sink);
+  EXPECT_EQ(orphan.deadline, t0 + absl::Seconds(2));
   CancelOnDecode(c, "orphan");  // no prefill worker ever wrote or spoke
   ASSERT_TRUE(FencedBecomes(c, 1));
   Sink other_sink;
-  EXPECT_TRUE(Disjoint(blocks, ReserveBlocks(c, "other", w, &other_sink)));
+  EXPECT_TRUE(Disjoint(orphan.block_ids, Reserve(c, "other", w, &other_sink).block_ids));
   AbortOnDecode(c, "other");
+
+  // Past the deadline, inside the grace: still fenced, blocks still held.
+  c.clock().SetTime(orphan.deadline + absl::Seconds(3) - absl::Nanoseconds(1));
+  c.SyncDecode();
+  EXPECT_EQ(c.decode().load().fenced, 1);
+  EXPECT_EQ(c.decode().load().used_blocks, static_cast<int32_t>(orphan.block_ids.size()));
+  // Deadline + grace: lifted (the engine sleeps until then; the clock wakes it).
+  ASSERT_TRUE(c.SleepsUntil(orphan.deadline + absl::Seconds(3)));
+  c.clock().AdvanceTime(absl::Nanoseconds(1));
   EXPECT_TRUE(FencedBecomes(c, 0));
-  const absl::Duration lifted = absl::Now() - t0;
-  EXPECT_GE(lifted, absl::Milliseconds(500));  // deadline 200 ms + grace 300 ms
   EXPECT_TRUE(c.PoolsBackToZero());
 }
 
@@ -641,7 +718,7 @@ TEST(WorkerLoopbackTest, ReserveQueuesUntilThePoolHasItsBlocks) {
   const Want w = Reference(prompt, 12, greedy);
 
   Sink holder_sink;
-  ASSERT_EQ(ReserveBlocks(c, "holder", w, &holder_sink).size(), 3u);  // 1 block left
+  ASSERT_EQ(Reserve(c, "holder", w, &holder_sink).block_ids.size(), 3u);  // 1 block left
 
   Sink queued_sink;
   decode_worker::RequestSpec rs;
@@ -653,19 +730,24 @@ TEST(WorkerLoopbackTest, ReserveQueuesUntilThePoolHasItsBlocks) {
   Sink late_sink;
   decode_worker::RequestSpec late = rs;
   late.request_id = "late";
-  late.deadline = absl::Now() + absl::Milliseconds(150);
+  late.deadline = c.clock().Now() + absl::Seconds(1);
   c.decode().SubmitReserve(c.decode().NewRequestKey(), late, &late_sink);
 
+  // Both wait; the late one up to its client deadline, not a nanosecond less.
+  ASSERT_TRUE(Eventually([&] { return c.decode().load().waiting == 2; }));
+  c.clock().SetTime(late.deadline - absl::Nanoseconds(1));
+  c.SyncDecode();
+  EXPECT_FALSE(late_sink.done()) << late_sink.status();
+  EXPECT_EQ(c.decode().load().waiting, 2);
+  ASSERT_TRUE(c.SleepsUntil(late.deadline));
+  c.clock().AdvanceTime(absl::Nanoseconds(1));
   ASSERT_TRUE(late_sink.WaitDone());
   EXPECT_THAT(late_sink.status(),
-              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("waiting for KV blocks")));
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("reserve late: the deadline passed while waiting for KV blocks")));
   EXPECT_FALSE(queued_sink.has_reservation());
   EXPECT_FALSE(queued_sink.done());
-  const absl::Time until = absl::Now() + absl::Seconds(5);
-  while (c.decode().load().waiting != 1 && absl::Now() < until) {
-    absl::SleepFor(absl::Milliseconds(2));  // the load is published after the loop turn
-  }
-  EXPECT_EQ(c.decode().load().waiting, 1);
+  EXPECT_TRUE(Eventually([&] { return c.decode().load().waiting == 1; }));
 
   AbortOnDecode(c, "holder");  // its 3 blocks free
   decode_worker::Reservation res;
@@ -693,15 +775,52 @@ TEST(WorkerLoopbackTest, RefusedPrefillFreesTheReservationAtOnce) {
   Cluster c(o);
   const Want w = Reference(Tokens("Ann had a small blue cup."), 8, {});
   auto run = Start(c, w, "refused");
-  EXPECT_THAT(run->call->Wait(),
-              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("admission queue full")));
+  EXPECT_THAT(run->call->Wait(), StatusIs(absl::StatusCode::kResourceExhausted,
+                                           HasSubstr("prefill admission queue full (0 requests")));
   ASSERT_TRUE(run->sink->WaitDone());
   EXPECT_THAT(run->sink->status(),
-              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("prefill worker gave it up")));
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("request refused: the prefill worker gave it up")));
   EXPECT_EQ(c.committer().aborts(), 1);
   EXPECT_TRUE(c.PoolsBackToZero());
   EXPECT_THAT(c.decode_registry().RenderText(),
               HasSubstr("tandem_decode_reservation_aborts_total 1\n"));
+}
+
+// Stop() aborts running prefills and waits for their writes and commits to
+// end, but one that never ends (here a commit the decode worker never
+// answers) holds it only `shutdown_bound` on the engine's clock; then the
+// job completes with the stop reason.
+TEST(WorkerLoopbackTest, PrefillStopWaitsForAStuckCommitOnlyUntilTheShutdownBound) {
+  Options o;
+  o.prefill_shutdown_bound = absl::Seconds(3);
+  Cluster c(o);
+  c.committer().set_hold(true);
+  const Want w = Reference(Tokens("Ben had a big red ball."), 8, {});
+  auto run = Start(c, w, "stuck");
+  ASSERT_TRUE(Eventually([&] { return c.committer().commits() == 1; }));
+  const absl::Time t_stop = c.clock().Now();
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    c.prefill().Stop();
+    stopped = true;
+  });
+  absl::Cleanup join = [&] {
+    c.clock().AdvanceTime(absl::Hours(1));  // lets Stop() return should a check fail
+    stopper.join();
+  };
+  // The engine thread sleeps until the bound; just before it, Stop still waits.
+  const absl::Time bound = t_stop + absl::Seconds(3);
+  ASSERT_TRUE(c.SleepsUntil(bound));
+  c.clock().SetTime(bound - absl::Nanoseconds(1));
+  EXPECT_FALSE(stopped.load());
+  c.clock().AdvanceTime(absl::Nanoseconds(1));
+  EXPECT_TRUE(Eventually([&] { return stopped.load(); }));
+  EXPECT_THAT(run->call->Wait(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("prefill worker shutting down")));
+  EXPECT_EQ(c.prefill().num_live_requests(), 0);
+  CancelOnDecode(c, "stuck");  // the sink goes before the cluster
+  ASSERT_TRUE(run->sink->WaitDone());
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // YAML file (router/config.h documents every key); flags override it. Prints
 // one line "READY grpc_port=... http_port=..." to stdout once serving;
 // SIGTERM / SIGINT drain (stop admitting, let in-flight requests finish within
-// --drain_grace) and exit 0.
+// --drain-grace) and exit 0.
 
 #include <cstdio>
 #include <fstream>
@@ -16,10 +16,9 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/base/flags.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/termination_signal.h"
@@ -108,9 +107,8 @@ absl::StatusOr<RouterConfig> BuildConfig() {
 
 int main(int argc, char** argv) {
   tandem::BlockTerminationSignals();
-  absl::SetProgramUsageMessage(
-      "tandem-router --config=router.yaml | --model=M.gguf --workers=host:port,...");
-  absl::ParseCommandLine(argc, argv);
+  tandem::base::ParseFlags(
+      argc, argv, "tandem-router --config=router.yaml | --model=M.gguf --workers=host:port,...");
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
 

@@ -130,7 +130,7 @@ struct TokenEvent {
 class RequestSink {
  public:
   virtual ~RequestSink() = default;
-  virtual void OnReservation(const Reservation& reservation) {}
+  virtual void OnReservation(const Reservation& /*reservation*/) {}
   virtual void OnTokens(TokenEvent event) = 0;
   virtual void OnError(const absl::Status& status) = 0;
 };

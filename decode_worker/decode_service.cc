@@ -170,7 +170,7 @@ grpc::ServerWriteReactor<GenerateResponse>* DecodeService::Generate(
 
 grpc::ServerUnaryReactor* DecodeService::Commit(grpc::CallbackServerContext* context,
                                                 const tandem::v1::CommitRequest* request,
-                                                tandem::v1::CommitResponse* response) {
+                                                tandem::v1::CommitResponse* /*response*/) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (request->request_id().empty()) {
     reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "commit: empty request_id"));

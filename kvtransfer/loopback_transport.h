@@ -54,7 +54,7 @@ class LoopbackTransport final : public KvTransport {
   void Refuse(TransferTag tag) override;
   // Copies run under the sink's lock, so nothing is ever in flight once
   // Refuse() returned.
-  bool Receiving(TransferTag tag) const override { return false; }
+  bool Receiving(TransferTag /*tag*/) const override { return false; }
   // Leaves the registry (writers get kUnavailable; a copy into this
   // transport's region finishes first), then completes queued writes with
   // kUnavailable and joins the thread.

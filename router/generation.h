@@ -75,7 +75,7 @@ struct RequestSummary {
 class GenerationObserver {
  public:
   virtual ~GenerationObserver() = default;
-  virtual void OnRoute(int32_t index, const RouteSummary& route) {}
+  virtual void OnRoute(int32_t /*index*/, const RouteSummary& /*route*/) {}
   virtual void OnDelta(const ChoiceDelta& delta) = 0;
   virtual void OnChoiceDone(const ChoiceResult& result) = 0;
   // `status` is OK when every choice finished (length / stop).

@@ -125,7 +125,7 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   class Sink : public GenerationObserver {
    public:
     explicit Sink(GenerateWriter* w) : w_(w) {}
-    void OnRoute(int32_t index, const RouteSummary& route) override {
+    void OnRoute(int32_t /*index*/, const RouteSummary& route) override {
       v1::GenerateResponse m;
       m.set_request_id(w_->request_id_);
       ToProto(route, m.mutable_route());
@@ -264,7 +264,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
 }
 
 grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerContext* context,
-                                                        const v1::ListModelsRequest* request,
+                                                        const v1::ListModelsRequest* /*request*/,
                                                         v1::ListModelsResponse* response) {
   for (const auto& m : router_.catalog().models()) {
     v1::ModelInfo* info = response->add_models();

@@ -3,7 +3,7 @@
 // YAML file (router/config.h documents every key); flags override it. Prints
 // one line "READY grpc_port=... http_port=..." to stdout once serving;
 // SIGTERM / SIGINT drain (stop admitting, let in-flight requests finish within
-// --drain_grace) and exit 0.
+// --drain-grace) and exit 0.
 
 #include <cstdio>
 #include <fstream>
@@ -13,10 +13,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/base/flags.h"
 #include "common/base/logging.h"
 #include "common/base/termination_signal.h"
 #include "router/config.h"
@@ -100,9 +99,8 @@ absl::StatusOr<RouterConfig> BuildConfig() {
 
 int main(int argc, char** argv) {
   tandem::base::BlockTerminationSignals();
-  absl::SetProgramUsageMessage(
-      "tandem-router --config=router.yaml | --model=M.gguf --workers=host:port,...");
-  absl::ParseCommandLine(argc, argv);
+  tandem::base::ParseFlags(
+      argc, argv, "tandem-router --config=router.yaml | --model=M.gguf --workers=host:port,...");
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
 

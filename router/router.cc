@@ -128,7 +128,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Router::Start(
     absl::MutexLock lock(&mu_);
     runs_[id] = run;
   }
-  run->Launch(routes, snapshot);
+  run->Launch(routes);
   return run;
 }
 

@@ -57,4 +57,4 @@ for chunk in stream:
 PY
 
 echo "== tandem generate over gRPC ($grpc)"
-build/bin/tandem generate --router "$grpc" --prompt "Lily and her dog" --max_tokens 48
+build/bin/tandem generate --router "$grpc" --prompt "Lily and her dog" --max-tokens 48

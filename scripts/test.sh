@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite from a clean checkout: installs dependencies,
-# builds (Release) and runs ctest, then rebuilds the untrusted-input parsers
-# (GGUF, tokenizer) under AddressSanitizer + UBSan and runs their tests.
+# builds (Release; fails if the compiler printed any warning) and runs ctest
+# (every label: unit, parser, integration, docs), then rebuilds the
+# untrusted-input parsers (GGUF, tokenizer) under AddressSanitizer + UBSan and
+# runs their tests.
 #
 # Needs ../shared (models and traces) next to the repository.
 set -euo pipefail
@@ -12,7 +14,18 @@ if [ ! -d ../shared/models ]; then
   exit 1
 fi
 
-scripts/setup.sh
+# The build must print no warnings. From a clean checkout every file compiles
+# here (and ccache, when it is the compiler launcher, replays a cached file's
+# warnings); in an incremental build only recompiled files are checked.
+build_log=$(mktemp)
+trap 'rm -f "$build_log"' EXIT
+scripts/setup.sh 2>&1 | tee "$build_log"
+if grep -q ": warning: " "$build_log"; then
+  echo "test: the build printed compiler warnings; fix them (silence a false positive at the" \
+    "narrowest scope, with a comment saying why):" >&2
+  grep ": warning: " "$build_log" | sort -u >&2
+  exit 1
+fi
 ctest --test-dir build --output-on-failure -j2 --timeout 900 --no-tests=error
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTANDEM_ASAN=ON \

@@ -68,8 +68,8 @@ declare -A ttfts
 for rep in $(seq 1 "$REPS"); do
   for kind in disaggregated colocated; do
     # A different first token per run keeps the prefix cache out of it.
-    line=$(build/bin/tandem generate --router "${router[$kind]}" --prompt_ids "1,$((200 + rep)),${ids#1,}" \
-             --max_tokens 1 --timeout 600s 2>&1 >/dev/null | grep -o 'ttft=[0-9.]*s')
+    line=$(build/bin/tandem generate --router "${router[$kind]}" --prompt-ids "1,$((200 + rep)),${ids#1,}" \
+             --max-tokens 1 --timeout 600s 2>&1 >/dev/null | grep -o 'ttft=[0-9.]*s')
     t=${line#ttft=}; t=${t%s}
     echo "rep $rep $kind ttft ${t}s"
     ttfts[$kind]+="$t "

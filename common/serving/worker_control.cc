@@ -87,7 +87,7 @@ void WorkerControlService::Shutdown() {
 }
 
 grpc::ServerWriteReactor<WorkerEvent>* WorkerControlService::Watch(
-    grpc::CallbackServerContext* context, const tandem::v1::WatchRequest* request) {
+    grpc::CallbackServerContext* /*context*/, const tandem::v1::WatchRequest* /*request*/) {
   auto* w = new Watcher(this);
   absl::MutexLock lock(&mu_);
   if (shut_down_) {

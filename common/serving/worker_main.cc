@@ -4,9 +4,8 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
-#include "absl/flags/usage.h"
+#include "common/base/flags.h"
 
 ABSL_FLAG(std::string, config, "", "YAML config file; flags given on the command line override it");
 // One flag per WorkerConfig key; "" (unset) keeps the file's or the default value.
@@ -49,7 +48,7 @@ std::optional<WorkerConfig> WorkerConfigFromFlags(WorkerRole default_role) {
     // Every key flag defaults to "" (unset): a non-empty value was given.
     if (flag != nullptr && !flag->CurrentValue().empty()) {
       if (absl::Status s = config.Set(key, flag->CurrentValue()); !s.ok()) {
-        LOG(ERROR) << "--" << key << ": " << s;
+        LOG(ERROR) << "--" << base::DashedFlagName(key) << ": " << s;
         return std::nullopt;
       }
     }
@@ -64,8 +63,7 @@ std::optional<WorkerConfig> WorkerConfigFromFlags(WorkerRole default_role) {
 std::optional<WorkerConfig> InitWorkerProcess(int argc, char** argv,
                                               const WorkerMainOptions& options) {
   base::BlockTerminationSignals();
-  absl::SetProgramUsageMessage(options.usage);
-  absl::ParseCommandLine(argc, argv);
+  base::ParseFlags(argc, argv, options.usage);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   return WorkerConfigFromFlags(options.default_role);

@@ -1,7 +1,8 @@
 // tandem: the command line.
 //
-//   tandem generate --router HOST:PORT --prompt TEXT [--model M] [--max_tokens N]
-//                   [--temperature T --top_k K --top_p P --seed S --stop a,b] [--timeout 120s]
+//   tandem generate --router HOST:PORT (--prompt TEXT | --prompt-ids 1,2,3) [--model M]
+//                   [--max-tokens N --temperature T --top-k K --top-p P --seed S --stop a,b]
+//                   [--timeout 120s]
 //       streams the answer to stdout over gRPC (Generation/Generate) and a
 //       summary line (finish reason, usage, TTFT, route) to stderr. Exit 0 on
 //       success, 1 with the status on failure.
@@ -21,10 +22,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/base/flags.h"
 #include "router/cli/generate_client.h"
 #include "router/cli/launcher.h"
 
@@ -44,7 +44,7 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(120), "generate: deadline of th
 namespace {
 
 constexpr char kUsage[] =
-    "tandem generate --router HOST:PORT --prompt TEXT [flags]\n"
+    "tandem generate --router HOST:PORT (--prompt TEXT | --prompt-ids 1,2,3) [flags]\n"
     "tandem up CONFIG.yaml";
 
 int Generate() {
@@ -55,14 +55,14 @@ int Generate() {
     for (absl::string_view s : absl::StrSplit(ids, ',', absl::SkipEmpty())) {
       int32_t id;
       if (!absl::SimpleAtoi(s, &id)) {
-        std::cerr << "tandem generate: --prompt_ids: '" << s << "' is not a token id\n";
+        std::cerr << "tandem generate: --prompt-ids: '" << s << "' is not a token id\n";
         return 2;
       }
       o.prompt_ids.push_back(id);
     }
   }
   if (o.prompt.empty() && o.prompt_ids.empty()) {
-    std::cerr << "tandem generate: --prompt (or --prompt_ids) is required\n";
+    std::cerr << "tandem generate: --prompt (or --prompt-ids) is required\n";
     return 2;
   }
   o.model = absl::GetFlag(FLAGS_model);
@@ -138,8 +138,7 @@ int Up(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = tandem::base::ParseFlags(argc, argv, kUsage);
   if (args.size() < 2) {
     std::cerr << "usage:\n" << kUsage << "\n";
     return 2;

@@ -47,8 +47,7 @@ std::shared_ptr<ChoiceCall> RequestRun::StartAttemptLocked(int32_t index,
   return c.call;
 }
 
-void RequestRun::Launch(const std::vector<RouteDecision>& routes,
-                        std::shared_ptr<const RegistrySnapshot> snapshot) {
+void RequestRun::Launch(const std::vector<RouteDecision>& routes) {
   std::vector<std::shared_ptr<ChoiceCall>> calls;
   {
     absl::MutexLock lock(&mu_);

@@ -41,8 +41,7 @@ class RequestRun : public RequestHandle, public std::enable_shared_from_this<Req
              std::shared_ptr<GenerationObserver> observer, absl::Time start);
 
   // Starts one call per choice on the given routes (one per choice).
-  void Launch(const std::vector<RouteDecision>& routes,
-              std::shared_ptr<const RegistrySnapshot> snapshot);
+  void Launch(const std::vector<RouteDecision>& routes);
 
   void Cancel() override;
   void CancelWith(const absl::Status& why);

@@ -99,7 +99,7 @@ TEST_F(LoopbackTransportTest, DoneRunsOnTheProgressThreadNotInline) {
   const std::thread::id caller = std::this_thread::get_id();
   std::atomic<bool> inline_call{false};
   absl::Notification ran;
-  ASSERT_OK(sender_.Write(peer_, 1, {{src.data(), 0, 16}}, [&](absl::Status s) {
+  ASSERT_OK(sender_.Write(peer_, 1, {{src.data(), 0, 16}}, [&](absl::Status) {
     inline_call = std::this_thread::get_id() == caller;
     ran.Notify();
   }));

@@ -122,7 +122,7 @@ class FakeWorker::Impl : public v1::Control::Service,
   }
 
   // --- Prefill ---
-  grpc::Status Prefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
+  grpc::Status Prefill(grpc::ServerContext* /*ctx*/, const v1::PrefillRequest* req,
                        v1::PrefillResponse* resp) override {
     Failure f;
     {

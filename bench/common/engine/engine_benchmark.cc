@@ -3,14 +3,12 @@
 // and Q4_0: decode tokens/s at batch 1/8/32 and prefill tokens/s for a
 // 512-token chunk, at 1 and 2 threads. Every result also reports its bound:
 //   decode:  bytes of weights read per step / measured read bandwidth
-//   prefill: 2 * weights * tokens ops / a peak given on the command line
-//            (--peak_int8_gops, --peak_fp32_gflops; defaults: this machine's
-//            figures from the issue) and the measured ops/s.
+//   prefill: 2 * weights * tokens ops / this machine's assumed peak
+//            (PeakGops below) and the measured ops/s.
 //
 // Models are generated once into build/bench-models/ (tandem-mkmodel logic).
 //
-//   build/bench/engine_benchmark --benchmark_repetitions=3 \
-//       --benchmark_report_aggregates_only=true
+//   build/bin/engine_benchmark --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 
 #include <benchmark/benchmark.h>
 

@@ -11,12 +11,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/base/flags.h"
 #include "common/engine/engine.h"
 #include "common/engine/generation.h"
 #include "common/engine/kernels/kernels.h"
@@ -55,9 +54,9 @@ int Fail(const absl::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  tandem::base::ParseFlags(
+      argc, argv,
       "tandem-generate --model FILE (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [flags]");
-  absl::ParseCommandLine(argc, argv);
   using tandem::engine::GgmlType;
   const std::string path = absl::GetFlag(FLAGS_model);
   if (path.empty()) {

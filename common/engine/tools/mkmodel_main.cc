@@ -6,8 +6,7 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "common/base/flags.h"
 #include "common/engine/model_builder.h"
 
 ABSL_FLAG(std::string, out, "", "output GGUF path (required)");
@@ -25,8 +24,7 @@ ABSL_FLAG(bool, tied, false, "tie the output matrix to the token embedding");
 ABSL_FLAG(uint64_t, seed, 1, "random seed");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("tandem-mkmodel --out FILE [shape flags] [--dtype TYPE]");
-  absl::ParseCommandLine(argc, argv);
+  tandem::base::ParseFlags(argc, argv, "tandem-mkmodel --out FILE [shape flags] [--dtype TYPE]");
   tandem::engine::RandomModelSpec spec;
   spec.arch = absl::GetFlag(FLAGS_arch);
   spec.dim = absl::GetFlag(FLAGS_dim);

@@ -2,10 +2,12 @@
 // way llama.cpp's quantize tool does (see QuantizeGgufFile in common/engine/format/gguf.h).
 
 #include <cstdio>
-#include <cstring>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/flags.h"
 #include "common/engine/format/ggml_type.h"
 #include "common/engine/format/gguf.h"
 
@@ -27,26 +29,27 @@ constexpr char kUsage[] =
     "    general.quantization_version to 2.\n"
     "Inputs whose quantizable tensors are already quantized are refused.\n";
 
-std::string Dims(const std::vector<int64_t>& dims) { return "[" + absl::StrJoin(dims, ", ") + "]"; }
+std::string Dims(const std::vector<int64_t>& dims) {
+  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
+}
 
 double Mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  if (argc != 4) {
-    std::fprintf(stderr, "tandem-quantize: expected 3 arguments, got %d\n\n%s", argc - 1, kUsage);
+  // No flags of its own: --help prints kUsage, and a stray --flag is an error, not a file.
+  const std::vector<char*> args = tandem::base::ParseFlags(argc, argv, kUsage);
+  if (args.size() != 4) {
+    std::fprintf(stderr, "tandem-quantize: expected 3 arguments, got %d\n\n%s",
+                 static_cast<int>(args.size()) - 1, kUsage);
     return 2;
   }
-  const std::string in = argv[1];
-  const std::string out = argv[2];
-  absl::StatusOr<tandem::engine::GgmlType> type = tandem::engine::GgmlTypeFromName(argv[3]);
+  const std::string in = args[1];
+  const std::string out = args[2];
+  absl::StatusOr<tandem::engine::GgmlType> type = tandem::engine::GgmlTypeFromName(args[3]);
   if (!type.ok() || (*type != tandem::engine::GgmlType::kQ8_0 && *type != tandem::engine::GgmlType::kQ4_0)) {
-    std::fprintf(stderr, "tandem-quantize: unsupported TYPE '%s' (valid: Q8_0, Q4_0)\n", argv[3]);
+    std::fprintf(stderr, "tandem-quantize: unsupported TYPE '%s' (valid: Q8_0, Q4_0)\n", args[3]);
     return 2;
   }
 

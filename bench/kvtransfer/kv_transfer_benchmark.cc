@@ -41,8 +41,8 @@
 #include "kvtransfer/kv_layout.h"
 #include "kvtransfer/transport.h"
 #include "kvtransfer/ucx_transport.h"
-#include "tests/kvtransfer/peer_process.h"
-#include "tests/kvtransfer/peer_protocol.h"
+#include "tests/testing/child_process.h"
+#include "tests/testing/peer_protocol.h"
 
 namespace tandem::kvtransfer {
 namespace {
@@ -105,7 +105,7 @@ int ReceiverMain(const std::string& tls, bool allocate) {
 // One receiver process per (tls, pool kind), one sender transport per mode,
 // kept for the whole run.
 struct Setup {
-  std::unique_ptr<testing::PeerProcess> receiver;
+  std::unique_ptr<tandem::testing::ChildProcess> receiver;
   RegionDescriptor peer;
   std::map<std::string, std::unique_ptr<UcxTransport>> senders;  // by mode
   std::vector<uint8_t> source;
@@ -124,8 +124,10 @@ Setup* GetSetup(const std::string& tls, bool allocate, std::string* error) {
     return it->second.get();
   }
   auto setup = std::make_unique<Setup>();
-  auto p = testing::PeerProcess::Start(
-      {SelfPath(), "--kvt_receiver", tls, allocate ? "alloc" : "register"});
+  tandem::testing::ChildOptions options;
+  options.argv = {SelfPath(), "--kvt_receiver", tls, allocate ? "alloc" : "register"};
+  options.stdin_pipe = true;  // the receiver runs until its stdin closes
+  auto p = tandem::testing::ChildProcess::Start(std::move(options));
   if (!p.ok()) {
     *error = p.status().ToString();
     return nullptr;

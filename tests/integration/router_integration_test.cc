@@ -17,8 +17,10 @@
 
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
+#include <signal.h>
 
 #include <atomic>
+#include <cerrno>
 #include <fstream>
 #include <random>
 #include <set>
@@ -28,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/engine/engine.h"
 #include "common/engine/generation.h"
@@ -37,21 +40,36 @@
 #include "nlohmann/json.hpp"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
-#include "tests/integration/router_process.h"
-#include "tests/integration/watch_load.h"
+#include "tests/testing/child_process.h"
+#include "tests/testing/sse.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/test_paths.h"
+#include "tests/testing/watch_load.h"
+#include "tests/testing/worker_process.h"
 
 namespace tandem::router {
 namespace {
 
 namespace v1 = ::tandem::v1;
 using json = nlohmann::json;
-using testing::ChildProcess;
+using ::tandem::testing::ChildOptions;
+using ::tandem::testing::ChildProcess;
+using ::tandem::testing::SseData;
+using ::tandem::testing::StatusIs;
+using ::tandem::testing::WorkerProcess;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
 std::string Model() {
   return tandem::testing::RequireSharedFile("models/stories260K/stories260K.gguf");
+}
+
+// `argv` as a child process whose stderr goes to a log under the test's temp dir.
+ChildOptions Logged(std::vector<std::string> argv) {
+  ChildOptions options;
+  options.argv = std::move(argv);
+  options.log_dir = tandem::testing::TempDir();
+  return options;
 }
 
 json Reference() {
@@ -104,16 +122,6 @@ v1::GenerateRequest BosOnly(int max_tokens) {
   req.set_max_tokens(max_tokens);
   req.mutable_sampling()->set_temperature(0);
   return req;
-}
-
-std::vector<std::string> SseData(const std::string& body) {
-  std::vector<std::string> out;
-  for (absl::string_view line : absl::StrSplit(body, '\n')) {
-    if (absl::ConsumePrefix(&line, "data: ")) {
-      out.emplace_back(line);
-    }
-  }
-  return out;
 }
 
 // The worker at `address` reaches zero used blocks and no requests.
@@ -172,37 +180,24 @@ absl::StatusOr<v1::WorkerRole> WatchedRole(const std::string& address) {
 
 class RouterIntegrationTest : public ::testing::Test {
  protected:
-  std::string Log(const std::string& name) {
-    return absl::StrCat(tandem::testing::TempDir(), "/", name, "-", ++counter_, ".log");
-  }
-
   // Starts a worker; returns its gRPC address.
   std::string StartWorker(const std::string& binary, const std::string& role) {
-    std::vector<std::string> argv = {binary,
-                                     "--model=" + Model(),
+    std::vector<std::string> args = {"--model=" + Model(),
                                      "--listen=127.0.0.1:0",
                                      "--metrics_port=0",
                                      "--metrics_host=127.0.0.1",
                                      "--threads=1",
                                      "--kv_blocks=512"};
     if (!role.empty()) {
-      argv.push_back("--role=" + role);
+      args.push_back("--role=" + role);
     }
-    absl::StatusOr<std::unique_ptr<ChildProcess>> p =
-        ChildProcess::Start(argv, Log(role.empty() ? "prefill" : role));
+    absl::StatusOr<std::unique_ptr<WorkerProcess>> p = WorkerProcess::Start(binary, args);
     EXPECT_TRUE(p.ok()) << p.status();
     if (!p.ok()) {
       return "";
     }
-    absl::StatusOr<std::string> ready = (*p)->WaitForLine("READY");
-    EXPECT_TRUE(ready.ok()) << ready.status();
     workers_.push_back(*std::move(p));
-    if (!ready.ok()) {
-      metrics_ports_.push_back(-1);
-      return "";
-    }
-    metrics_ports_.push_back(ChildProcess::IntField(*ready, "metrics_port"));
-    return absl::StrCat("127.0.0.1:", ChildProcess::IntField(*ready, "grpc_port"));
+    return absl::StrCat("127.0.0.1:", workers_.back()->grpc_port());
   }
 
   void StartRouter(const std::vector<std::string>& workers, const std::string& mode,
@@ -214,7 +209,7 @@ class RouterIntegrationTest : public ::testing::Test {
                                      "--http_address=127.0.0.1:0",
                                      "--mode=" + mode,
                                      "--drain_grace=5s"};
-    absl::StatusOr<std::unique_ptr<ChildProcess>> p = ChildProcess::Start(argv, Log("router"));
+    absl::StatusOr<std::unique_ptr<ChildProcess>> p = ChildProcess::Start(Logged(argv));
     ASSERT_TRUE(p.ok()) << p.status();
     router_ = *std::move(p);
     absl::StatusOr<std::string> ready = router_->WaitForLine("READY");
@@ -238,7 +233,7 @@ class RouterIntegrationTest : public ::testing::Test {
       absl::SleepFor(absl::Milliseconds(50));
     }
     FAIL() << "router sees " << live << " live workers, want " << live_workers << "\n"
-           << router_->Log();
+           << router_->Tail();
   }
 
   std::unique_ptr<httplib::Client> Http() {
@@ -247,9 +242,7 @@ class RouterIntegrationTest : public ::testing::Test {
     return c;
   }
 
-  int counter_ = 0;
-  std::vector<std::unique_ptr<ChildProcess>> workers_;
-  std::vector<int> metrics_ports_;  // /metrics of workers_[i]
+  std::vector<std::unique_ptr<WorkerProcess>> workers_;
   std::unique_ptr<ChildProcess> router_;
   std::string grpc_;
   int http_port_ = 0;
@@ -262,7 +255,7 @@ TEST_F(RouterIntegrationTest, ColocatedGreedyMatchesReference) {
   const json ref = Reference();
   const int n = 64;
   GrpcResult r = Generate(grpc_, BosOnly(n));
-  ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\n" << router_->Log();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\n" << router_->Tail();
   std::vector<int32_t> want(ref["generated_ids"].begin(), ref["generated_ids"].begin() + n);
   EXPECT_EQ(r.ids, want);
   EXPECT_TRUE(absl::StartsWith(ref["text_until_stop"].get<std::string>(), r.text)) << r.text;
@@ -369,7 +362,7 @@ TEST_F(RouterIntegrationTest, WorkerKilledMidStreamGrpc) {
   const std::string w = StartWorker(TANDEM_DECODE_BIN, "colocated");
   ASSERT_FALSE(w.empty()) << "the worker did not start";
   StartRouter({w}, "auto", 1);
-  ChildProcess* worker = workers_[0].get();
+  WorkerProcess* worker = workers_[0].get();
   GrpcResult r = Generate(grpc_, BosOnly(1500), [worker](int n) {
     if (n == 1) {
       worker->Signal(SIGKILL);
@@ -389,7 +382,7 @@ TEST_F(RouterIntegrationTest, WorkerKilledMidStreamSse) {
   const std::string w = StartWorker(TANDEM_DECODE_BIN, "colocated");
   ASSERT_FALSE(w.empty()) << "the worker did not start";
   StartRouter({w}, "auto", 1);
-  ChildProcess* worker = workers_[0].get();
+  WorkerProcess* worker = workers_[0].get();
   httplib::Client cli("127.0.0.1", http_port_);
   httplib::Request req;
   req.method = "POST";
@@ -427,9 +420,9 @@ TEST_F(RouterIntegrationTest, DisaggregatedGreedyMatchesReference) {
   const int n = 48;
   GrpcResult r = Generate(grpc_, BosOnly(n));
   ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\nrouter:\n"
-                             << router_->Log() << "\nprefill:\n"
-                             << workers_[1]->Log() << "\ndecode:\n"
-                             << workers_[0]->Log();
+                             << router_->Tail() << "\nprefill:\n"
+                             << workers_[1]->Tail() << "\ndecode:\n"
+                             << workers_[0]->Tail();
   std::vector<int32_t> want(ref["generated_ids"].begin(), ref["generated_ids"].begin() + n);
   EXPECT_EQ(r.ids, want);
   EXPECT_FALSE(r.last.route().colocated());
@@ -472,9 +465,9 @@ TEST_F(RouterIntegrationTest, ClientCancelMidStreamFreesKvOnBothWorkers) {
   EXPECT_TRUE(WorkerIdle(p, absl::Seconds(5)));
   // The decode worker ended the request as cancelled (its /metrics), not by
   // running out its 400 tokens.
-  EXPECT_TRUE(MetricReaches(metrics_ports_[0], "tandem_decode_requests_total{code=\"CANCELLED\"} 1",
+  EXPECT_TRUE(MetricReaches(workers_[0]->metrics_port(), "tandem_decode_requests_total{code=\"CANCELLED\"} 1",
                             absl::Seconds(10)));
-  EXPECT_THAT(MetricsText(metrics_ports_[0]),
+  EXPECT_THAT(MetricsText(workers_[0]->metrics_port()),
               Not(HasSubstr("tandem_decode_requests_total{code=\"OK\"}")));
 }
 
@@ -618,10 +611,8 @@ int RouterLiveWorkers(const std::string& http_address) {
 // request goes through; a SIGKILLed worker leaves the router's rotation
 // while tandem up keeps supervising; SIGTERM stops every process (exit 0).
 void TandemUp(const std::string& config, int workers, const std::multiset<v1::WorkerRole>& roles) {
-  const std::string log = absl::StrCat(tandem::testing::TempDir(), "/tandem-up-",
-                                       config.substr(config.find_last_of('/') + 1), ".log");
   absl::StatusOr<std::unique_ptr<ChildProcess>> up =
-      ChildProcess::Start({TANDEM_CLI_BIN, "up", config}, log);
+      ChildProcess::Start(Logged({TANDEM_CLI_BIN, "up", config}));
   ASSERT_TRUE(up.ok()) << up.status();
   ChildProcess& p = **up;
   absl::StatusOr<std::string> ready = p.WaitForLine("Ctrl-C stops the cluster", absl::Seconds(120));
@@ -642,7 +633,7 @@ void TandemUp(const std::string& config, int workers, const std::multiset<v1::Wo
   EXPECT_EQ(watched, roles);
   EXPECT_EQ(RouterLiveWorkers(procs[0].http_address), workers);
   GrpcResult r = Generate(address, BosOnly(16));
-  ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\n" << p.Log();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\n" << p.Tail();
   EXPECT_EQ(r.ids.size(), 16u);
   // Kill one worker: the router drops it; tandem up keeps supervising.
   const UpProcess& victim = procs[1];
@@ -661,13 +652,17 @@ void TandemUp(const std::string& config, int workers, const std::multiset<v1::Wo
     absl::SleepFor(absl::Milliseconds(50));
   }
   EXPECT_EQ(live, workers - 1) << "the router's /health after " << victim.name << " died";
-  EXPECT_EQ(p.Wait(absl::Milliseconds(200)), -1) << "tandem up exited\n" << p.Log();
+  EXPECT_THAT(p.Wait(absl::Milliseconds(200)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, ::testing::_))
+      << "tandem up exited\n"
+      << p.Tail();
   // SIGTERM stops everything cleanly: tandem up exits 0 after the router
   // and every worker it started are gone (reaped).
   p.Signal(SIGTERM);
-  const int status = p.Wait(absl::Seconds(60));
-  ASSERT_NE(status, -1) << "tandem up did not exit\n" << p.Log();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << p.Log();
+  const absl::StatusOr<int> exit_code = p.Wait(absl::Seconds(60));
+  ASSERT_TRUE(exit_code.ok()) << "tandem up did not exit: " << exit_code.status() << "\n"
+                              << p.Tail();
+  EXPECT_EQ(*exit_code, 0) << p.Tail();
   for (const UpProcess& proc : procs) {
     const int rc = kill(proc.pid, 0);
     const int err = errno;

@@ -62,8 +62,8 @@
 #include "gtest/gtest.h"
 #include "kvtransfer/kv_layout.h"
 #include "tandem/v1/worker.grpc.pb.h"
-#include "tests/integration/watch_load.h"
-#include "tests/integration/worker_process.h"
+#include "tests/testing/watch_load.h"
+#include "tests/testing/worker_process.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/test_paths.h"
 

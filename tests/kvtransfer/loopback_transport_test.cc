@@ -14,7 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtransfer/transport.h"
-#include "tests/kvtransfer/transport_test_util.h"
+#include "tests/testing/transport_test_util.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tandem::kvtransfer {

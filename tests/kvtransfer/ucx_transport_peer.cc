@@ -32,7 +32,7 @@
 #include "absl/types/span.h"
 #include "kvtransfer/transport.h"
 #include "kvtransfer/ucx_transport.h"
-#include "tests/kvtransfer/transport_test_util.h"
+#include "tests/testing/transport_test_util.h"
 
 namespace tandem::kvtransfer {
 namespace {

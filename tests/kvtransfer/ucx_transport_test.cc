@@ -11,8 +11,6 @@
 #include "kvtransfer/ucx_transport.h"
 
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -32,8 +30,8 @@
 #include "gtest/gtest.h"
 #include "kvtransfer/internal/ucx_util.h"
 #include "kvtransfer/transport.h"
-#include "tests/kvtransfer/peer_process.h"
-#include "tests/kvtransfer/transport_test_util.h"
+#include "tests/testing/child_process.h"
+#include "tests/testing/transport_test_util.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tandem::kvtransfer {
@@ -42,8 +40,9 @@ namespace {
 using ::tandem::kvtransfer::testing::DoneRecorder;
 using ::tandem::kvtransfer::testing::FillPattern;
 using ::tandem::kvtransfer::testing::Fingerprint;
-using ::tandem::kvtransfer::testing::PeerProcess;
 using ::tandem::kvtransfer::testing::WaitForReceived;
+using ::tandem::testing::ChildOptions;
+using ::tandem::testing::ChildProcess;
 using ::tandem::testing::StatusIs;
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
@@ -56,6 +55,16 @@ struct Param {
 };
 
 void PrintTo(const Param& p, std::ostream* os) { *os << p.tls << "/" << p.mode; }
+
+// The UCX peer (tests/kvtransfer/ucx_transport_peer.cc) as a child process
+// spoken to line by line over its stdin and stdout; its stderr is ours.
+absl::StatusOr<std::unique_ptr<ChildProcess>> StartPeerProcess(std::vector<std::string> args) {
+  ChildOptions options;
+  options.argv = {TANDEM_UCX_PEER_BIN};
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  options.stdin_pipe = true;
+  return ChildProcess::Start(std::move(options));
+}
 
 TransportConfig ConfigFor(const Param& p) {
   return TransportConfig{.kind = "ucx",
@@ -118,12 +127,11 @@ class UcxTransportTest : public ::testing::TestWithParam<Param> {
   // A receiver in a child process; returns its descriptor. `allocate`: the
   // receiver's region comes from its AllocateRegion.
   absl::StatusOr<RegionDescriptor> StartPeer(uint64_t region_bytes, bool allocate = false) {
-    std::vector<std::string> argv = {TANDEM_UCX_PEER_BIN, "receiver", GetParam().tls,
-                                     absl::StrCat(region_bytes)};
+    std::vector<std::string> args = {"receiver", GetParam().tls, absl::StrCat(region_bytes)};
     if (allocate) {
-      argv.push_back("alloc");
+      args.push_back("alloc");
     }
-    absl::StatusOr<std::unique_ptr<PeerProcess>> p = PeerProcess::Start(argv);
+    absl::StatusOr<std::unique_ptr<ChildProcess>> p = StartPeerProcess(std::move(args));
     if (!p.ok()) {
       return p.status();
     }
@@ -168,7 +176,7 @@ class UcxTransportTest : public ::testing::TestWithParam<Param> {
   std::vector<uint8_t> region_;
   std::unique_ptr<UcxTransport> sender_;
   std::unique_ptr<UcxTransport> receiver_;
-  std::unique_ptr<PeerProcess> peer_;
+  std::unique_ptr<ChildProcess> peer_;
 };
 
 TEST_P(UcxTransportTest, CapabilitiesFollowTheModeAndTheLanes) {
@@ -529,8 +537,8 @@ TEST_P(UcxTransportTest, ReceiverSurvivesASenderKilledMidTransfer) {
   const uint64_t kRegion = 16 * kMiB;
   ASSERT_OK_AND_ASSIGN(const RegionDescriptor peer, StartPeer(kRegion, /*allocate=*/sm));
   ASSERT_OK_AND_ASSIGN(
-      std::unique_ptr<PeerProcess> doomed,
-      PeerProcess::Start({TANDEM_UCX_PEER_BIN, "sender", GetParam().tls, sender_mode}));
+      std::unique_ptr<ChildProcess> doomed,
+      StartPeerProcess({"sender", GetParam().tls, sender_mode}));
   ASSERT_OK(doomed->Send(testing::DescriptorLine(peer)));
   ASSERT_OK_AND_ASSIGN(std::string wrote, doomed->ReadLine());
   EXPECT_EQ(wrote, "WROTE 0 OK");
@@ -661,18 +669,16 @@ TEST(UcxUtilTest, ProcessAliveSeesDeath) {
   const internal::ProcessIdentity& me = internal::LocalIdentity();
   EXPECT_TRUE(internal::ProcessAlive(me.pid, me.start_time));
   EXPECT_FALSE(internal::ProcessAlive(me.pid, me.start_time + 1));  // a reused pid
-  const pid_t child = fork();
-  if (child == 0) {
-    pause();
-    _exit(0);
-  }
-  ASSERT_GT(child, 0);
-  const uint64_t started = internal::ProcessStartTime(child);
-  EXPECT_TRUE(internal::ProcessAlive(child, started));
-  kill(child, SIGKILL);
+  ChildOptions options;
+  options.argv = {"/bin/sleep", "600"};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ChildProcess> child, ChildProcess::Start(options));
+  const uint64_t started = internal::ProcessStartTime(child->pid());
+  EXPECT_TRUE(internal::ProcessAlive(child->pid(), started));
+  child->Signal(SIGKILL);
   absl::SleepFor(absl::Milliseconds(100));  // a zombie until reaped: counts as dead
-  EXPECT_FALSE(internal::ProcessAlive(child, started));
-  waitpid(child, nullptr, 0);
+  EXPECT_FALSE(internal::ProcessAlive(child->pid(), started));
+  ASSERT_OK_AND_ASSIGN(const int exit_code, child->Wait(absl::Seconds(10)));
+  EXPECT_EQ(exit_code, 128 + SIGKILL);
 }
 
 }  // namespace

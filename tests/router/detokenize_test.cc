@@ -8,7 +8,7 @@
 #include "common/engine/sampling.h"
 #include "common/engine/tokenizer/tokenizer.h"
 #include "router/request.h"
-#include "tests/router/router_test_util.h"
+#include "tests/testing/router_test_util.h"
 
 namespace tandem::router {
 namespace {

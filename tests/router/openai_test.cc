@@ -7,7 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/router/router_test_util.h"
+#include "tests/testing/router_test_util.h"
 
 namespace tandem::router {
 namespace {

@@ -10,7 +10,7 @@
 #include "nlohmann/json.hpp"
 #include "router/api_error.h"
 #include "router/openai_request.h"
-#include "tests/router/router_test_util.h"
+#include "tests/testing/router_test_util.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tandem::router {

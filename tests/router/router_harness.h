@@ -16,7 +16,7 @@
 #include "router/router.h"
 #include "router/router_server.h"
 #include "tandem/v1/generation.grpc.pb.h"
-#include "tests/router/router_test_util.h"
+#include "tests/testing/router_test_util.h"
 
 namespace tandem::router::testing {
 

@@ -13,8 +13,8 @@
 #include "router/cli/health_client.h"
 #include "router/router_server.h"
 #include "tandem/v1/generation.grpc.pb.h"
-#include "tests/router/fake_worker.h"
-#include "tests/router/router_test_util.h"
+#include "tests/testing/fake_worker.h"
+#include "tests/testing/router_test_util.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tandem::router {

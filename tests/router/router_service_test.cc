@@ -14,8 +14,10 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "router/request.h"
-#include "tests/router/fake_worker.h"
 #include "tests/router/router_harness.h"
+#include "tests/testing/eventually.h"
+#include "tests/testing/fake_worker.h"
+#include "tests/testing/sse.h"
 
 namespace tandem::router {
 namespace {
@@ -24,6 +26,8 @@ namespace v1 = ::tandem::v1;
 using json = nlohmann::json;
 using testing::FakeWorker;
 using testing::RouterHarness;
+using ::tandem::testing::Eventually;
+using ::tandem::testing::SseData;
 using ::testing::HasSubstr;
 
 struct GrpcResult {
@@ -60,31 +64,6 @@ v1::GenerateRequest TextRequest(const std::string& text, int max_tokens = 32) {
   r.set_max_tokens(max_tokens);
   r.set_add_special_tokens(true);
   return r;
-}
-
-// Waits (bounded) until `pred` holds.
-::testing::AssertionResult Eventually(std::function<bool()> pred, const std::string& what,
-                                      absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time give_up = absl::Now() + timeout;
-  while (absl::Now() < give_up) {
-    if (pred()) {
-      return ::testing::AssertionSuccess();
-    }
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return ::testing::AssertionFailure() << "timed out after " << absl::FormatDuration(timeout)
-                                       << " waiting for " << what;
-}
-
-// SSE "data:" payloads of a stream body.
-std::vector<std::string> SseData(const std::string& body) {
-  std::vector<std::string> out;
-  for (absl::string_view line : absl::StrSplit(body, '\n')) {
-    if (absl::ConsumePrefix(&line, "data: ")) {
-      out.emplace_back(line);
-    }
-  }
-  return out;
 }
 
 class RouterServiceTest : public ::testing::Test {

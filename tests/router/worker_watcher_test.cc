@@ -7,25 +7,15 @@
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/router/fake_worker.h"
+#include "tests/testing/eventually.h"
+#include "tests/testing/fake_worker.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tandem::router {
 namespace {
 
 using testing::FakeWorker;
-
-::testing::AssertionResult Eventually(std::function<bool()> pred, const std::string& what,
-                                      absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time give_up = absl::Now() + timeout;
-  while (absl::Now() < give_up) {
-    if (pred()) {
-      return ::testing::AssertionSuccess();
-    }
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return ::testing::AssertionFailure() << "timed out waiting for " << what;
-}
+using ::tandem::testing::Eventually;
 
 class WatcherTest : public ::testing::Test {
  protected:

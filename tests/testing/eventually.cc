@@ -4,15 +4,17 @@
 
 namespace tandem::testing {
 
-bool Eventually(absl::FunctionRef<bool()> pred, absl::Duration bound, absl::Duration poll) {
+::testing::AssertionResult Eventually(absl::FunctionRef<bool()> pred, absl::string_view what,
+                                      absl::Duration bound, absl::Duration poll) {
   const absl::Time until = absl::Now() + bound;
   while (!pred()) {
     if (absl::Now() >= until) {
-      return false;
+      return ::testing::AssertionFailure()
+             << "timed out after " << absl::FormatDuration(bound) << " waiting for " << what;
     }
     absl::SleepFor(poll);
   }
-  return true;
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace tandem::testing

@@ -3,13 +3,10 @@
 // loading as a model, tandem-quantize producing what QuantizeGgufFile does,
 // and clear errors for bad input.
 
-#include <sys/wait.h>
-
-#include <array>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -19,33 +16,27 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/child_process.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/test_paths.h"
 
 namespace tandem::engine {
 namespace {
 
+using ::tandem::testing::RunResult;
 using ::testing::HasSubstr;
-
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-RunResult RunCommand(const std::string& command) {
-  RunResult r;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
 
 std::string Tool(const std::string& name) {
   return absl::StrCat(::tandem::testing::BinaryDir(), "/bin/", name);
+}
+
+// Runs the tool `name` with `args` to its end (output: stdout and stderr);
+// failing to run it at all fails the test.
+RunResult RunTool(const std::string& name, std::vector<std::string> args) {
+  args.insert(args.begin(), Tool(name));
+  absl::StatusOr<RunResult> r = ::tandem::testing::RunToCompletion(std::move(args));
+  EXPECT_OK(r.status());
+  return r.ok() ? *std::move(r) : RunResult{};
 }
 
 TEST(ToolsTest, GenerateLogitsOutMatchesReference) {
@@ -55,9 +46,9 @@ TEST(ToolsTest, GenerateLogitsOutMatchesReference) {
   const std::string model = ::tandem::testing::RequireTestDataFile(c["model"]);
   const std::vector<int32_t> tokens = c["tokens"].get<std::vector<int32_t>>();
   const std::string out = ::tandem::testing::TempDir() + "/logits.npy";
-  RunResult r = RunCommand(absl::StrCat(Tool("tandem-generate"), " --model ", model, " --prompt_ids ",
-                                 absl::StrJoin(tokens, ","), " -n 4 --chunk 7 --threads 1",
-                                 " --logits_out ", out));
+  RunResult r = RunTool("tandem-generate", {"--model", model, "--prompt_ids", absl::StrJoin(tokens, ","),
+                                            "-n", "4", "--chunk", "7", "--threads", "1",
+                                            "--logits_out", out});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("prefill: " + std::to_string(tokens.size()) + " tokens"));
   EXPECT_THAT(r.output, HasSubstr("decode: 4 tokens"));
@@ -76,8 +67,8 @@ TEST(ToolsTest, GenerateLogitsOutMatchesReference) {
 TEST(ToolsTest, GenerateTextFromRealModel) {
   const std::string model =
       ::tandem::testing::RequireSharedFile("models/stories260K/stories260K.gguf");
-  RunResult r = RunCommand(absl::StrCat(Tool("tandem-generate"), " --model ", model,
-                                 " --prompt 'Once upon a time' -n 20 --threads 1"));
+  RunResult r = RunTool("tandem-generate", {"--model", model, "--prompt", "Once upon a time",
+                                            "-n", "20", "--threads", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // The reference greedy continuation (reference_greedy.json) starts so.
   EXPECT_THAT(r.output, HasSubstr("Once upon a time, there was a little girl named Lily."));
@@ -85,17 +76,17 @@ TEST(ToolsTest, GenerateTextFromRealModel) {
 }
 
 TEST(ToolsTest, GenerateReportsBadInputClearly) {
-  RunResult missing = RunCommand(Tool("tandem-generate") + " --model /nonexistent.gguf --prompt hi");
+  RunResult missing = RunTool("tandem-generate", {"--model", "/nonexistent.gguf", "--prompt", "hi"});
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.output, HasSubstr("/nonexistent.gguf"));
   const std::string model =
       ::tandem::testing::RequireSharedFile("models/stories260K/stories260K.gguf");
-  RunResult bad_id = RunCommand(Tool("tandem-generate") + " --model " + model + " --prompt_ids 1,99999");
+  RunResult bad_id = RunTool("tandem-generate", {"--model", model, "--prompt_ids", "1,99999"});
   EXPECT_EQ(bad_id.exit_code, 1);
   EXPECT_THAT(bad_id.output, HasSubstr("99999"));
   const std::string vocab =
       ::tandem::testing::RequireSharedFile("models/ggml-vocab/ggml-vocab-gpt-2.gguf");
-  RunResult no_weights = RunCommand(Tool("tandem-generate") + " --model " + vocab + " --prompt hi");
+  RunResult no_weights = RunTool("tandem-generate", {"--model", vocab, "--prompt", "hi"});
   EXPECT_EQ(no_weights.exit_code, 1);
   EXPECT_THAT(no_weights.output, HasSubstr("unsupported architecture 'gpt2'"));
 }
@@ -105,25 +96,24 @@ TEST(ToolsTest, MkmodelThenQuantizeLoads) {
   const std::string vocab =
       ::tandem::testing::RequireSharedFile("models/ggml-vocab/ggml-vocab-llama-spm.gguf");
   const std::string f32 = dir + "/mk-f32.gguf", q4 = dir + "/mk-q4.gguf";
-  RunResult mk = RunCommand(absl::StrCat(Tool("tandem-mkmodel"), " --out ", f32,
-                                  " --dim 64 --layers 2 --heads 4 --kv_heads 2 --ffn 128 ",
-                                  "--vocab_from ", vocab, " --dtype F32"));
+  RunResult mk = RunTool("tandem-mkmodel", {"--out", f32, "--dim", "64", "--layers", "2", "--heads", "4",
+                                            "--kv_heads", "2", "--ffn", "128", "--vocab_from",
+                                            vocab, "--dtype", "F32"});
   ASSERT_EQ(mk.exit_code, 0) << mk.output;
   auto model = Model::Load(f32);
   ASSERT_OK(model.status());
   EXPECT_EQ((*model)->config().vocab_size, 32000);
   EXPECT_EQ((*model)->config().num_kv_heads, 2);
   ASSERT_NE((*model)->tokenizer(), nullptr);
-  RunResult q = RunCommand(absl::StrCat(Tool("tandem-quantize"), " ", f32, " ", q4, " Q4_0"));
+  RunResult q = RunTool("tandem-quantize", {f32, q4, "Q4_0"});
   ASSERT_EQ(q.exit_code, 0) << q.output;
   auto qm = Model::Load(q4);
   ASSERT_OK(qm.status());
   EXPECT_EQ((*qm)->config().weight_type, GgmlType::kQ4_0);
-  RunResult gen = RunCommand(absl::StrCat(Tool("tandem-generate"), " --model ", q4,
-                                   " --prompt hello -n 3 --threads 1"));
+  RunResult gen = RunTool("tandem-generate",
+                          {"--model", q4, "--prompt", "hello", "-n", "3", "--threads", "1"});
   EXPECT_EQ(gen.exit_code, 0) << gen.output;
-  RunResult bad = RunCommand(absl::StrCat(Tool("tandem-mkmodel"), " --out ", dir, "/x.gguf --dim 60 ",
-                                   "--heads 7"));
+  RunResult bad = RunTool("tandem-mkmodel", {"--out", dir + "/x.gguf", "--dim", "60", "--heads", "7"});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_THAT(bad.output, HasSubstr("dim 60"));
 }

@@ -1,4 +1,4 @@
-#include "tests/integration/watch_load.h"
+#include "tests/testing/watch_load.h"
 
 #include <grpcpp/grpcpp.h>
 

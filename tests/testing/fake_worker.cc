@@ -1,4 +1,4 @@
-#include "tests/router/fake_worker.h"
+#include "tests/testing/fake_worker.h"
 
 #include <map>
 

@@ -12,7 +12,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "kvtransfer/transport.h"
-#include "tests/kvtransfer/peer_protocol.h"
+#include "tests/testing/peer_protocol.h"
 
 namespace tandem::kvtransfer::testing {
 

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -12,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/fd.h"
 #include "common/base/status_macros.h"
 #include "common/engine/format/gguf.h"
 #include "common/engine/format/internal/gguf_common.h"
@@ -224,31 +224,14 @@ absl::Status ParseValue(Reader& r, GgufValueType type, int depth, uint64_t* budg
   return absl::OkStatus();
 }
 
-// Closes a file descriptor on every return path.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) {
-      close(fd_);
-    }
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 }  // namespace
 
 // ----------------------------------------------------------------------------
 // GgufFile
 
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
-  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
+  base::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
     return absl::ErrnoToStatus(errno, absl::StrCat("open ", path));
   }
   struct stat st;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/base/utf8.h"
 #include "common/engine/tokenizer/internal/tokenizer_vocab.h"
 #include "common/engine/tokenizer/internal/unicode.h"
 #include "common/base/status_macros.h"
@@ -864,10 +865,10 @@ namespace {
 size_t DrainUtf8(const std::string& pending, bool flush, std::string* out) {
   size_t pos = 0;
   while (pos < pending.size()) {
-    const internal::Utf8Sequence seq = internal::DecodeUtf8(pending, pos);
-    if (seq.status == internal::Utf8Status::kOk) {
+    const base::Utf8Sequence seq = base::DecodeUtf8(pending, pos);
+    if (seq.status == base::Utf8Status::kOk) {
       out->append(pending, pos, seq.length);
-    } else if (seq.status == internal::Utf8Status::kIncomplete && !flush) {
+    } else if (seq.status == base::Utf8Status::kIncomplete && !flush) {
       break;
     } else {
       out->append(internal::kReplacementChar);

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -88,7 +89,7 @@ class ChildProcess {
         std::string line = buffer_.substr(0, nl);
         buffer_.erase(0, nl + 1);
         output_ += line + "\n";
-        if (line.rfind(prefix, 0) == 0) {
+        if (absl::StartsWith(line, prefix)) {
           return line;
         }
       }

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
@@ -12,25 +13,17 @@
 namespace tandem::engine {
 namespace {
 
-bool EndsWith(absl::string_view s, absl::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-bool Contains(absl::string_view s, absl::string_view part) {
-  return s.find(part) != absl::string_view::npos;
-}
-
 // llama.cpp's tensor_allows_quantization (llama-quant.cpp), less the options
 // we don't have.
 bool AllowsQuantization(const GgufTensorInfo& t) {
   const absl::string_view name = t.name;
-  if (!EndsWith(name, "weight") || t.dims.size() < 2) {
+  if (!absl::EndsWith(name, "weight") || t.dims.size() < 2) {
     return false;
   }
   for (absl::string_view excluded : {"_norm.weight", "ffn_gate_inp.weight", "altup", "laurel",
                                      "per_layer_model_proj", "ssm_conv1d", "shortconv.conv.weight",
                                      "time_mix_", "attn_rel_b.weight", ".position_embd."}) {
-    if (Contains(name, excluded)) {
+    if (absl::StrContains(name, excluded)) {
       return false;
     }
   }

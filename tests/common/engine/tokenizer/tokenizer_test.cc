@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "common/engine/format/gguf.h"
 #include "common/engine/tokenizer/internal/tokenizer_vocab.h"
 #include "common/engine/tokenizer/internal/unicode.h"
@@ -61,7 +61,9 @@ std::vector<std::vector<TokenId>> ReadOut(const std::string& path) {
   for (absl::string_view line : absl::StrSplit(ReadFile(path), '\n')) {
     std::vector<TokenId> ids;
     for (absl::string_view field : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
-      ids.push_back(std::stoi(std::string(field)));
+      TokenId id = 0;
+      EXPECT_TRUE(absl::SimpleAtoi(field, &id)) << "id '" << field << "' in " << path;
+      ids.push_back(id);
     }
     out.push_back(std::move(ids));
   }
@@ -230,7 +232,9 @@ TEST(TokenizerStoriesTest, RoundTripsAndMatchesGreedyReference) {
   std::vector<TokenId> generated;
   for (absl::string_view f :
        absl::StrSplit(json.substr(ids_at + 18, ids_end - ids_at - 18), ',', absl::SkipEmpty())) {
-    generated.push_back(std::stoi(std::string(absl::StripAsciiWhitespace(f))));
+    TokenId id = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(f, &id)) << "generated id '" << f << "'";
+    generated.push_back(id);
   }
   ASSERT_EQ(generated.size(), 256u);
   Detokenizer detok(*tok);

@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "proto/grpc_status.h"
 #include "common/base/logging.h"
+#include "common/base/utf8.h"
 #include "router/request.h"
 
 namespace tandem::router {
@@ -287,7 +288,7 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
     reactor->Finish(proto::ToGrpcStatus(model.status()));
     return reactor;
   }
-  if (!IsValidUtf8(request->text())) {
+  if (!base::IsValidUtf8(request->text())) {
     reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "text is not valid UTF-8"));
     return reactor;
   }

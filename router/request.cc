@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/utf8.h"
 #include "router/api_error.h"
 
 namespace tandem::router {
@@ -36,65 +37,16 @@ absl::Status SamplingError(const absl::Status& s, const std::string& logprobs_pa
 
 }  // namespace
 
-bool IsValidUtf8(absl::string_view s, size_t* bad_offset) {
-  size_t i = 0;
-  const size_t n = s.size();
-  auto fail = [&](size_t at) {
-    if (bad_offset != nullptr) {
-      *bad_offset = at;
-    }
-    return false;
-  };
-  while (i < n) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int len = 0;
-    uint32_t cp = 0;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return fail(i);
-    }
-    if (i + len > n) {
-      return fail(i);
-    }
-    for (int k = 1; k < len; ++k) {
-      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) {
-        return fail(i);
-      }
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    const bool overlong = (len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
-                          (len == 4 && cp < 0x10000);
-    if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return fail(i);
-    }
-    i += len;
-  }
-  return true;
-}
-
 std::string TokenDisplayText(const engine::Tokenizer& tokenizer, int32_t id) {
   if (id < 0 || id >= tokenizer.vocab_size()) {
     return "";
   }
   std::string piece = tokenizer.TokenToPiece(id);
-  if (IsValidUtf8(piece)) {
+  if (base::IsValidUtf8(piece)) {
     return piece;
   }
   const std::string& text = tokenizer.token_text(id);
-  return IsValidUtf8(text) ? text : "";
+  return base::IsValidUtf8(text) ? text : "";
 }
 
 absl::StatusOr<PreparedRequest> PrepareRequest(const GenerationRequest& request,
@@ -109,7 +61,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const GenerationRequest& request,
   const ServedModel& m = **model;
   const engine::Tokenizer& tok = m.tokenizer();
   out.request_id = request.request_id.empty() ? NewRequestId() : request.request_id;
-  if (!IsValidUtf8(out.request_id) || out.request_id.size() > 256) {
+  if (!base::IsValidUtf8(out.request_id) || out.request_id.size() > 256) {
     return InvalidParam("request_id", "request_id must be valid UTF-8 of at most 256 bytes");
   }
   out.tenant = request.tenant;
@@ -144,7 +96,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const GenerationRequest& request,
       for (size_t i = 0; i < request.messages->size(); ++i) {
         size_t bad = 0;
         const ChatMessage& msg = (*request.messages)[i];
-        if (!IsValidUtf8(msg.content, &bad) || !IsValidUtf8(msg.role, &bad)) {
+        if (!base::IsValidUtf8(msg.content, &bad) || !base::IsValidUtf8(msg.role, &bad)) {
           return InvalidParam(absl::StrCat("messages[", i, "].content"),
                               absl::StrCat("messages[", i, "] is not valid UTF-8 (byte ", bad,
                                            ")"));
@@ -161,7 +113,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const GenerationRequest& request,
       text = *request.prompt_text;
     }
     size_t bad = 0;
-    if (!IsValidUtf8(text, &bad)) {
+    if (!base::IsValidUtf8(text, &bad)) {
       return InvalidParam(prompt_param,
                           absl::StrCat(prompt_param, " is not valid UTF-8 (byte ", bad, ")"));
     }
@@ -236,7 +188,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const GenerationRequest& request,
                                                " bytes; at most ", limits.max_stop_string_bytes,
                                                " are allowed"));
     }
-    if (!IsValidUtf8(s)) {
+    if (!base::IsValidUtf8(s)) {
       return InvalidParam("stop", absl::StrCat("stop[", i, "] is not valid UTF-8"));
     }
   }

@@ -64,10 +64,6 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const GenerationRequest& request,
                                                const ModelCatalog& catalog,
                                                const LimitsConfig& limits);
 
-// True when `s` is well-formed UTF-8 (no overlongs, surrogates or > U+10FFFF);
-// otherwise *bad_offset (when set) is the first bad byte.
-bool IsValidUtf8(absl::string_view s, size_t* bad_offset = nullptr);
-
 // A token's text for logprob fields: its bytes when they are valid UTF-8,
 // else its vocabulary entry ("<0xE4>"), so responses stay valid UTF-8.
 std::string TokenDisplayText(const engine::Tokenizer& tokenizer, int32_t id);

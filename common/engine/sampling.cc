@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/base/attributes.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace tandem::engine {
@@ -505,7 +506,7 @@ std::string StopStringMatcher::Append(absl::string_view text, bool* stopped) {
   for (size_t len = max_hold; len > 0 && hold == 0; --len) {
     const absl::string_view suffix = absl::string_view(held_).substr(held_.size() - len);
     for (const std::string& s : stops_) {
-      if (s.size() > len && absl::string_view(s).substr(0, len) == suffix) {
+      if (s.size() > len && absl::StartsWith(s, suffix)) {
         hold = len;
         break;
       }

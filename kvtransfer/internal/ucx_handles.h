@@ -1,12 +1,10 @@
 #pragma once
 // Owning wrappers for what UcxTransport gets from UCX (config, context,
-// worker, worker address, memory mappings, rkeys and packed rkeys) and from
-// the OS (a file descriptor), ucp_mem_map into such a handle, and capture of
-// UCX's FILE*-printed tables.
+// worker, worker address, memory mappings, rkeys and packed rkeys),
+// ucp_mem_map into such a handle, and capture of UCX's FILE*-printed tables.
+// File descriptors are base::UniqueFd (common/base/fd.h).
 // Each handle's deleter calls the matching UCX release function; the order
 // they die in is the owner's business (see UcxTransport::Impl's members).
-
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -59,26 +57,6 @@ using RkeyBufferPtr = std::unique_ptr<void, RkeyBufferDeleter>;
 // failure: UcsError(status, "<what>: ucp_mem_map of <bytes> bytes", fallback).
 absl::StatusOr<MemPtr> MapMemory(ucp_context_h context, void* address, uint64_t bytes,
                                  bool allocate, absl::string_view what, absl::StatusCode fallback);
-
-// An owned file descriptor.
-class ScopedFd {
- public:
-  ScopedFd() = default;
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  ~ScopedFd() { reset(); }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) {
-      close(fd_);
-    }
-    fd_ = fd;
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
 
 // What a UCX print function (ucp_context_print_info, ucp_ep_print_info)
 // writes to a FILE*, as a string; "" if no in-memory FILE can be opened.

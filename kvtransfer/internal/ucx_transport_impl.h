@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/base/fd.h"
 #include "kvtransfer/internal/cancelled_tags.h"
 #include "kvtransfer/internal/ucx_handles.h"
 #include "kvtransfer/internal/ucx_util.h"
@@ -310,7 +311,7 @@ class UcxTransport::Impl {
   // Progress thread only (written during Init before any other thread reads).
   internal::ContextPtr context_;
   internal::WorkerPtr worker_;
-  internal::ScopedFd epoll_fd_;
+  base::UniqueFd epoll_fd_;
   std::string local_address_;
   bool context_has_shm_ = false;
   bool stopping_ = false;

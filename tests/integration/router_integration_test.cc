@@ -29,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -581,7 +582,7 @@ std::vector<UpProcess> UpProcesses(const std::string& output) {
     p.grpc_address = parts[2];
     for (size_t i = 0; i + 1 < parts.size(); ++i) {
       if (parts[i] == "pid") {
-        p.pid = std::stoi(parts[i + 1]);
+        EXPECT_TRUE(absl::SimpleAtoi(parts[i + 1], &p.pid)) << line;
       } else if (parts[i] == "HTTP") {
         absl::string_view http = parts[i + 1];
         absl::ConsumePrefix(&http, "http://");
@@ -596,7 +597,12 @@ std::vector<UpProcess> UpProcesses(const std::string& output) {
 // Live workers the router's /health counts.
 int RouterLiveWorkers(const std::string& http_address) {
   const size_t colon = http_address.rfind(':');
-  httplib::Client cli(http_address.substr(0, colon), std::stoi(http_address.substr(colon + 1)));
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(http_address.substr(colon + 1), &port)) {
+    ADD_FAILURE() << "'" << http_address << "' is not host:port";
+    return -1;
+  }
+  httplib::Client cli(http_address.substr(0, colon), port);
   cli.set_read_timeout(5, 0);
   auto res = cli.Get("/health");
   if (!res || res->status != 200) {

@@ -5,6 +5,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "absl/strings/str_format.h"
+#include "common/base/utf8.h"
 #include "common/engine/sampling.h"
 #include "common/engine/tokenizer/tokenizer.h"
 #include "router/request.h"
@@ -36,7 +37,7 @@ TEST_F(DetokenizeTest, MultiByteCharacterAcrossTokens) {
   std::string out;
   for (unsigned char b : std::string("\xF0\x9F\x98\x80")) {
     std::string piece = d.Push(Byte(b));
-    EXPECT_TRUE(IsValidUtf8(piece));
+    EXPECT_TRUE(base::IsValidUtf8(piece));
     out += piece;
   }
   EXPECT_EQ(out, "\xF0\x9F\x98\x80");
@@ -52,7 +53,7 @@ TEST_F(DetokenizeTest, EveryPrefixOfATokenizedTextIsValidUtf8) {
   std::string out;
   for (engine::TokenId id : *ids) {
     std::string piece = d.Push(id);
-    EXPECT_TRUE(IsValidUtf8(piece)) << "token " << id;
+    EXPECT_TRUE(base::IsValidUtf8(piece)) << "token " << id;
     out += piece;
   }
   out += d.Flush();
@@ -63,7 +64,7 @@ TEST_F(DetokenizeTest, TruncatedCodePointFlushesAsReplacement) {
   engine::Detokenizer d(tok());
   EXPECT_EQ(d.Push(Byte(0xE2)), "");
   EXPECT_EQ(d.Push(Byte(0x82)), "");
-  EXPECT_TRUE(IsValidUtf8(d.Flush()));
+  EXPECT_TRUE(base::IsValidUtf8(d.Flush()));
 }
 
 TEST_F(DetokenizeTest, StopStringAcrossTokensAndCodePoints) {

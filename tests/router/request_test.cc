@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/base/utf8.h"
 #include "proto/grpc_status.h"
 #include "nlohmann/json.hpp"
 #include "router/api_error.h"
@@ -122,10 +123,10 @@ TEST_F(RequestTest, InvalidUtf8) {
   EXPECT_THAT(p, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not valid UTF-8")));
   ExpectClientError(p, 400, "prompt", "byte 3");
   // Overlong encodings and surrogates are invalid too.
-  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));
-  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));
-  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));
-  EXPECT_TRUE(IsValidUtf8("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80"));
+  EXPECT_FALSE(base::IsValidUtf8("\xc0\xaf"));
+  EXPECT_FALSE(base::IsValidUtf8("\xed\xa0\x80"));
+  EXPECT_FALSE(base::IsValidUtf8("\xf4\x90\x80\x80"));
+  EXPECT_TRUE(base::IsValidUtf8("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80"));
   // Stop strings and chat content are checked as well.
   GenerationRequest st;
   st.prompt_text = "Hi";

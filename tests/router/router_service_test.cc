@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "common/base/utf8.h"
 #include "router/request.h"
 #include "tests/router/router_harness.h"
 #include "tests/testing/eventually.h"
@@ -153,7 +154,7 @@ TEST_F(RouterServiceTest, MultiByteCharacterNeverSplitAcrossMessages) {
   GrpcResult r = Generate(h->stub(), TextRequest("x"));
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   for (const v1::GenerateResponse& m : r.messages) {
-    EXPECT_TRUE(IsValidUtf8(m.text())) << "a message split a code point";
+    EXPECT_TRUE(base::IsValidUtf8(m.text())) << "a message split a code point";
   }
   EXPECT_EQ(r.text, "a\xE2\x82\xAC\xF0\x9F\x98\x80" "b");
   // The same over SSE.

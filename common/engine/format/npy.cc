@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -76,10 +77,10 @@ absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": header past end of file"));
   }
   std::string header = bytes.substr(header_start, header_len);
-  if (header.find("'descr': '<f4'") == std::string::npos) {
+  if (!absl::StrContains(header, "'descr': '<f4'")) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": only '<f4' arrays are supported: ", header));
   }
-  if (header.find("'fortran_order': False") == std::string::npos) {
+  if (!absl::StrContains(header, "'fortran_order': False")) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": Fortran-order arrays are not supported"));
   }
   size_t open = header.find("'shape': (");

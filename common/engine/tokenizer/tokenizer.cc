@@ -6,12 +6,15 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+#include "common/base/utf8.h"
 #include "common/engine/tokenizer/internal/tokenizer_vocab.h"
 #include "common/engine/tokenizer/internal/unicode.h"
-#include "common/base/status_macros.h"
 
 // The algorithms follow llama.cpp's src/llama-vocab.cpp (llm_tokenizer_spm,
 // llm_tokenizer_bpe, tokenizer_st_partition, token_to_piece) so that ids match
@@ -301,17 +304,14 @@ class VocabTokenizer : public Tokenizer {
         return text;
       case TokenType::kByte: {
         // "<0xXX>"
-        if (text.size() == 6 && text.compare(0, 3, "<0x") == 0 && text[5] == '>') {
+        if (text.size() == 6 && absl::StartsWith(text, "<0x") && text[5] == '>') {
           int value = 0;
-          for (char c : text.substr(3, 2)) {
-            value *= 16;
-            if (c >= '0' && c <= '9') {
-              value += c - '0';
-            } else if (c >= 'A' && c <= 'F') {
-              value += c - 'A' + 10;
-            } else if (c >= 'a' && c <= 'f') {
-              value += c - 'a' + 10;
-            }
+          for (char c : text.substr(3, 2)) {  // a non-hex digit counts as 0
+            const char u = absl::ascii_toupper(static_cast<unsigned char>(c));
+            const int digit = !absl::ascii_isxdigit(u) ? 0
+                              : absl::ascii_isdigit(u) ? u - '0'
+                                                       : u - 'A' + 10;
+            value = value * 16 + digit;
           }
           return std::string(1, static_cast<char>(value));
         }
@@ -864,10 +864,10 @@ namespace {
 size_t DrainUtf8(const std::string& pending, bool flush, std::string* out) {
   size_t pos = 0;
   while (pos < pending.size()) {
-    const internal::Utf8Sequence seq = internal::DecodeUtf8(pending, pos);
-    if (seq.status == internal::Utf8Status::kOk) {
+    const base::Utf8Sequence seq = base::DecodeUtf8(pending, pos);
+    if (seq.status == base::Utf8Status::kOk) {
       out->append(pending, pos, seq.length);
-    } else if (seq.status == internal::Utf8Status::kIncomplete && !flush) {
+    } else if (seq.status == base::Utf8Status::kIncomplete && !flush) {
       break;
     } else {
       out->append(internal::kReplacementChar);

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/strings/str_format.h"
+#include "common/base/utf8.h"
 
 namespace tandem::engine::internal {
 namespace {
@@ -334,69 +335,16 @@ CodepointFlags GetCodepointFlags(uint32_t cp) {
   return CodepointFlags{LookupFlags(cp)};
 }
 
-Utf8Sequence DecodeUtf8(absl::string_view text, size_t pos) {
-  const uint8_t b0 = static_cast<uint8_t>(text[pos]);
-  if (b0 < 0x80) {
-    return {Utf8Status::kOk, b0, 1};
-  }
-  size_t need;
-  uint8_t lo = 0x80;
-  uint8_t hi = 0xBF;
-  uint32_t cp;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    need = 2;
-    cp = b0 & 0x1F;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    need = 3;
-    cp = b0 & 0x0F;
-    if (b0 == 0xE0) {
-      lo = 0xA0;  // no overlongs
-    } else if (b0 == 0xED) {
-      hi = 0x9F;  // no surrogates
-    }
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    need = 4;
-    cp = b0 & 0x07;
-    if (b0 == 0xF0) {
-      lo = 0x90;  // no overlongs
-    } else if (b0 == 0xF4) {
-      hi = 0x8F;  // <= U+10FFFF
-    }
-  } else {
-    return {Utf8Status::kInvalid, 0, 1};
-  }
-  for (size_t k = 1; k < need; ++k) {
-    if (pos + k >= text.size()) {
-      return {Utf8Status::kIncomplete, 0, k};
-    }
-    const uint8_t b = static_cast<uint8_t>(text[pos + k]);
-    if (b < lo || b > hi) {
-      return {Utf8Status::kInvalid, 0, k};
-    }
-    lo = 0x80;
-    hi = 0xBF;
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  return {Utf8Status::kOk, cp, need};
-}
-
 absl::Status ValidateUtf8(absl::string_view text) {
   size_t pos = 0;
-  while (pos < text.size()) {
-    const uint8_t b = static_cast<uint8_t>(text[pos]);
-    if (b < 0x80) {
-      ++pos;
-      continue;
-    }
-    const Utf8Sequence seq = DecodeUtf8(text, pos);
-    if (seq.status != Utf8Status::kOk) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "invalid UTF-8 at byte offset %d (0x%02X)%s", pos, b,
-          seq.status == Utf8Status::kIncomplete ? ": truncated sequence at end of text" : ""));
-    }
-    pos += seq.length;
+  if (base::IsValidUtf8(text, &pos)) {
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
+  const bool truncated = base::DecodeUtf8(text, pos).status == base::Utf8Status::kIncomplete;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("invalid UTF-8 at byte offset %d (0x%02X)%s", pos,
+                      static_cast<uint8_t>(text[pos]),
+                      truncated ? ": truncated sequence at end of text" : ""));
 }
 
 std::vector<uint32_t> CodepointsFromUtf8(absl::string_view text) {
@@ -404,8 +352,8 @@ std::vector<uint32_t> CodepointsFromUtf8(absl::string_view text) {
   out.reserve(text.size());
   size_t pos = 0;
   while (pos < text.size()) {
-    const Utf8Sequence seq = DecodeUtf8(text, pos);
-    out.push_back(seq.status == Utf8Status::kOk ? seq.codepoint : 0xFFFD);
+    const base::Utf8Sequence seq = base::DecodeUtf8(text, pos);
+    out.push_back(seq.status == base::Utf8Status::kOk ? seq.codepoint : 0xFFFD);
     pos += seq.length;
   }
   return out;

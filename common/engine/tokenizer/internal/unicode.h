@@ -1,5 +1,5 @@
 #pragma once
-// Unicode helpers for the tokenizer: UTF-8 decoding and validation, code point
+// Unicode helpers for the tokenizer: UTF-8 validation errors, code point
 // classes (generated tables in unicode_data.cc), GPT-2's byte <-> unicode
 // mapping, and the BPE pre-tokenizer splits written as hand-made matchers over
 // code points (no std::regex), following llama.cpp's unicode.cpp.
@@ -54,26 +54,12 @@ CodepointFlags GetCodepointFlags(uint32_t cp);
 
 // --- UTF-8 ---------------------------------------------------------------------
 
-enum class Utf8Status { kOk, kInvalid, kIncomplete };
-
-struct Utf8Sequence {
-  Utf8Status status;
-  uint32_t codepoint;  // valid when kOk
-  // kOk: bytes of the sequence (1..4). kInvalid: bytes of the maximal ill-formed
-  // subpart to replace with one U+FFFD (>= 1). kIncomplete: bytes present, a
-  // valid prefix that the end of the input cut short.
-  size_t length;
-};
-
-// Decodes the sequence starting at `text[pos]` (pos < text.size()) under the
-// strict rules of Unicode Table 3-7 (no overlongs, surrogates or > U+10FFFF).
-Utf8Sequence DecodeUtf8(absl::string_view text, size_t pos);
-
 // InvalidArgument "invalid UTF-8 at byte offset N (0xXX)" for the first
 // ill-formed or truncated sequence.
 absl::Status ValidateUtf8(absl::string_view text);
 
 // Code points of valid UTF-8 (validate first; ill-formed bytes become U+FFFD).
+// Decoding is base::DecodeUtf8 (common/base/utf8.h).
 std::vector<uint32_t> CodepointsFromUtf8(absl::string_view text);
 void AppendUtf8(uint32_t cp, std::string* out);
 

@@ -15,15 +15,16 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "common/engine/format/gguf.h"
 #include "common/engine/tokenizer/internal/tokenizer_vocab.h"
 #include "common/engine/tokenizer/internal/unicode.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/test_paths.h"
 
@@ -61,7 +62,9 @@ std::vector<std::vector<TokenId>> ReadOut(const std::string& path) {
   for (absl::string_view line : absl::StrSplit(ReadFile(path), '\n')) {
     std::vector<TokenId> ids;
     for (absl::string_view field : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
-      ids.push_back(std::stoi(std::string(field)));
+      TokenId id = 0;
+      EXPECT_TRUE(absl::SimpleAtoi(field, &id)) << "id '" << field << "' in " << path;
+      ids.push_back(id);
     }
     out.push_back(std::move(ids));
   }
@@ -223,15 +226,12 @@ TEST(TokenizerStoriesTest, RoundTripsAndMatchesGreedyReference) {
 
   // The greedy continuation streamed through the Detokenizer is the
   // reference text (pieces keep their leading space).
-  const std::string json = ReadFile(RequireSharedFile("models/stories260K/reference_greedy.json"));
-  const size_t ids_at = json.find("\"generated_ids\": [");
-  ASSERT_NE(ids_at, std::string::npos);
-  const size_t ids_end = json.find(']', ids_at);
-  std::vector<TokenId> generated;
-  for (absl::string_view f :
-       absl::StrSplit(json.substr(ids_at + 18, ids_end - ids_at - 18), ',', absl::SkipEmpty())) {
-    generated.push_back(std::stoi(std::string(absl::StripAsciiWhitespace(f))));
-  }
+  const auto reference = nlohmann::json::parse(
+      ReadFile(RequireSharedFile("models/stories260K/reference_greedy.json")), nullptr,
+      /*allow_exceptions=*/false);
+  ASSERT_FALSE(reference.is_discarded()) << "malformed reference_greedy.json";
+  ASSERT_TRUE(reference.contains("generated_ids"));
+  const auto generated = reference["generated_ids"].get<std::vector<TokenId>>();
   ASSERT_EQ(generated.size(), 256u);
   Detokenizer detok(*tok);
   std::string streamed;
@@ -252,202 +252,21 @@ TEST(TokenizerStoriesTest, RoundTripsAndMatchesGreedyReference) {
 
 // --- pre-tokenizer splits vs Python regex ----------------------------------------
 
-// Just enough JSON for the generated file (ASCII, \u escapes, no numbers needed).
-class MiniJson {
- public:
-  struct Value {
-    enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
-    std::string str;
-    std::vector<Value> array;
-    std::vector<std::pair<std::string, Value>> object;
-    const Value* Get(absl::string_view key) const {
-      for (const auto& [k, v] : object) {
-        if (k == key) {
-          return &v;
-        }
-      }
-      return nullptr;
-    }
-  };
-
-  explicit MiniJson(absl::string_view text) : text_(text) {}
-
-  bool Parse(Value* out) {
-    if (!ParseValue(out)) {
-      return false;
-    }
-    SkipSpace();
-    return pos_ == text_.size();
-  }
-
- private:
-  void SkipSpace() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' ||
-                                   text_[pos_] == '\r' || text_[pos_] == '\t')) {
-      ++pos_;
-    }
-  }
-  bool Consume(char c) {
-    SkipSpace();
-    if (pos_ < text_.size() && text_[pos_] == c) {
-      ++pos_;
-      return true;
-    }
-    return false;
-  }
-  bool Hex4(uint32_t* v) {
-    if (pos_ + 4 > text_.size()) {
-      return false;
-    }
-    *v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = text_[pos_++];
-      *v <<= 4;
-      if (c >= '0' && c <= '9') {
-        *v |= c - '0';
-      } else if (c >= 'a' && c <= 'f') {
-        *v |= c - 'a' + 10;
-      } else if (c >= 'A' && c <= 'F') {
-        *v |= c - 'A' + 10;
-      } else {
-        return false;
-      }
-    }
-    return true;
-  }
-  bool ParseString(std::string* out) {
-    if (!Consume('"')) {
-      return false;
-    }
-    while (pos_ < text_.size()) {
-      const char c = text_[pos_++];
-      if (c == '"') {
-        return true;
-      }
-      if (c != '\\') {
-        out->push_back(c);
-        continue;
-      }
-      if (pos_ >= text_.size()) {
-        return false;
-      }
-      const char e = text_[pos_++];
-      switch (e) {
-        case 'n':
-          out->push_back('\n');
-          break;
-        case 't':
-          out->push_back('\t');
-          break;
-        case 'r':
-          out->push_back('\r');
-          break;
-        case 'b':
-          out->push_back('\b');
-          break;
-        case 'f':
-          out->push_back('\f');
-          break;
-        case 'u': {
-          uint32_t cp;
-          if (!Hex4(&cp)) {
-            return false;
-          }
-          if (cp >= 0xD800 && cp <= 0xDBFF) {  // surrogate pair
-            uint32_t lo;
-            if (text_.substr(pos_, 2) != "\\u") {
-              return false;
-            }
-            pos_ += 2;
-            if (!Hex4(&lo)) {
-              return false;
-            }
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          internal::AppendUtf8(cp, out);
-          break;
-        }
-        default:
-          out->push_back(e);
-          break;
-      }
-    }
-    return false;
-  }
-  bool ParseValue(Value* v) {
-    SkipSpace();
-    if (pos_ >= text_.size()) {
-      return false;
-    }
-    const char c = text_[pos_];
-    if (c == '"') {
-      v->kind = Value::kString;
-      return ParseString(&v->str);
-    }
-    if (c == '[') {
-      ++pos_;
-      v->kind = Value::kArray;
-      if (Consume(']')) {
-        return true;
-      }
-      do {
-        v->array.emplace_back();
-        if (!ParseValue(&v->array.back())) {
-          return false;
-        }
-      } while (Consume(','));
-      return Consume(']');
-    }
-    if (c == '{') {
-      ++pos_;
-      v->kind = Value::kObject;
-      if (Consume('}')) {
-        return true;
-      }
-      do {
-        std::string key;
-        if (!ParseString(&key) || !Consume(':')) {
-          return false;
-        }
-        v->object.emplace_back(std::move(key), Value());
-        if (!ParseValue(&v->object.back().second)) {
-          return false;
-        }
-      } while (Consume(','));
-      return Consume('}');
-    }
-    // Literals and numbers: kept as text.
-    const size_t start = pos_;
-    while (pos_ < text_.size() && text_[pos_] != ',' && text_[pos_] != ']' && text_[pos_] != '}' &&
-           text_[pos_] != ' ' && text_[pos_] != '\n') {
-      ++pos_;
-    }
-    v->kind = Value::kNumber;
-    v->str = std::string(text_.substr(start, pos_ - start));
-    return pos_ > start;
-  }
-
-  absl::string_view text_;
-  size_t pos_ = 0;
-};
-
 TEST(PreTokenizerTest, SplitsMatchPythonRegex) {
-  const std::string json = ReadFile(RequireTestDataFile("tokenizer/pretokenizer_splits.json"));
-  MiniJson::Value doc;
-  ASSERT_TRUE(MiniJson(json).Parse(&doc)) << "malformed pretokenizer_splits.json";
-  const MiniJson::Value* cases = doc.Get("cases");
-  ASSERT_NE(cases, nullptr);
-  ASSERT_GE(cases->array.size(), 46u + 30u);
+  const std::string text_json = ReadFile(RequireTestDataFile("tokenizer/pretokenizer_splits.json"));
+  const auto doc = nlohmann::ordered_json::parse(text_json, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(doc.is_discarded()) << "malformed pretokenizer_splits.json";
+  ASSERT_TRUE(doc.contains("cases"));
+  const auto& cases = doc["cases"];
+  ASSERT_TRUE(cases.is_array());
+  ASSERT_GE(cases.size(), 46u + 30u);
   std::map<std::string, int> checked;
-  for (const MiniJson::Value& c : cases->array) {
-    const std::string& text = c.Get("text")->str;
-    for (const auto& [pre, splits] : c.Get("splits")->object) {
+  for (const auto& c : cases) {
+    const std::string text = c.at("text").get<std::string>();
+    for (const auto& [pre, splits] : c.at("splits").items()) {
       auto pre_tokenizer = internal::LookupPreTokenizer(pre);
       ASSERT_OK(pre_tokenizer.status());
-      std::vector<std::string> expected;
-      for (const MiniJson::Value& s : splits.array) {
-        expected.push_back(s.str);
-      }
+      const auto expected = splits.get<std::vector<std::string>>();
       const std::vector<std::string> got = internal::SplitWords(text, pre_tokenizer->rules);
       if (got != expected) {
         auto show = [](const std::vector<std::string>& v) {
@@ -457,7 +276,7 @@ TEST(PreTokenizerTest, SplitsMatchPythonRegex) {
           }
           return out;
         };
-        ADD_FAILURE() << pre << " " << c.Get("name")->str << " \"" << Escaped(text)
+        ADD_FAILURE() << pre << " " << c.at("name").get<std::string>() << " \"" << Escaped(text)
                       << "\"\n  got:      " << show(got) << "\n  expected: " << show(expected);
       } else {
         ++checked[pre];
@@ -465,7 +284,7 @@ TEST(PreTokenizerTest, SplitsMatchPythonRegex) {
     }
   }
   for (const char* pre : {"gpt-2", "llama-bpe", "qwen2", "default", "starcoder"}) {
-    EXPECT_EQ(checked[pre], static_cast<int>(cases->array.size())) << pre;
+    EXPECT_EQ(checked[pre], static_cast<int>(cases.size())) << pre;
   }
 }
 

@@ -1,0 +1,116 @@
+// QuantizeGgufFile: F32/F16/BF16 GGUF to Q8_0 / Q4_0, as llama.cpp's quantize.
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/base/status_macros.h"
+#include "common/engine/format/gguf.h"
+#include "common/engine/format/internal/gguf_common.h"
+
+namespace tandem::engine {
+namespace {
+
+// llama.cpp's tensor_allows_quantization (llama-quant.cpp), less the options
+// we don't have.
+bool AllowsQuantization(const GgufTensorInfo& t) {
+  const absl::string_view name = t.name;
+  if (!absl::EndsWith(name, "weight") || t.dims.size() < 2) {
+    return false;
+  }
+  for (absl::string_view excluded : {"_norm.weight", "ffn_gate_inp.weight", "altup", "laurel",
+                                     "per_layer_model_proj", "ssm_conv1d", "shortconv.conv.weight",
+                                     "time_mix_", "attn_rel_b.weight", ".position_embd."}) {
+    if (absl::StrContains(name, excluded)) {
+      return false;
+    }
+  }
+  return name != "position_embd.weight" && name != "token_types.weight";
+}
+
+// The type `t` gets in a `target` file, or its own type when it is kept.
+GgmlType TargetTypeFor(const GgufTensorInfo& t, GgmlType target, bool has_output) {
+  if (!AllowsQuantization(t)) {
+    return t.type;
+  }
+  GgmlType type = target;
+  const bool is_output =
+      t.name == "output.weight" || (!has_output && t.name == "token_embd.weight");
+  if (is_output && target == GgmlType::kQ4_0) {
+    type = GgmlType::kQ8_0;
+  }
+  if (t.dims[0] % GgmlBlockSize(type) != 0) {
+    return t.type;  // llama.cpp has no fallback for Q4_0/Q8_0 and fails; we keep it
+  }
+  return type;
+}
+
+}  // namespace
+
+absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, GgmlType type,
+                              GgufQuantizeReport* report) {
+  if (type != GgmlType::kQ8_0 && type != GgmlType::kQ4_0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot quantize to ", GgmlTypeName(type), " (valid targets: Q8_0, Q4_0)"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(in));
+  GgufQuantizeReport local;
+  GgufQuantizeReport& rep = report != nullptr ? *report : local;
+  rep = GgufQuantizeReport{};
+
+  GgufWriter writer;
+  for (const std::string& key : file->metadata_keys()) {
+    writer.SetValue(key, *file->Find(key));
+  }
+  writer.SetUint32("general.file_type",
+                   type == GgmlType::kQ8_0 ? kLlamaFtypeMostlyQ8_0 : kLlamaFtypeMostlyQ4_0);
+  writer.SetUint32("general.quantization_version", 2);  // GGML_QNT_VERSION
+
+  const bool has_output = file->FindTensor("output.weight") != nullptr;
+  const auto& tensors = file->tensors();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const GgufTensorInfo& t = tensors[i];
+    const GgmlType to = TargetTypeFor(t, type, has_output);
+    if (to == t.type) {
+      RETURN_IF_ERROR(writer.AddTensor(t.name, t.type, t.dims,
+                                       std::vector<uint8_t>(t.data, t.data + t.num_bytes)));
+    } else {
+      if (t.type != GgmlType::kF32 && t.type != GgmlType::kF16 && t.type != GgmlType::kBF16) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s: tensor %d (%s) is already %s; requantizing to %s is not supported (quantize "
+            "from an F32, F16 or BF16 file)",
+            in, i, internal::Quoted(t.name), GgmlTypeName(t.type), GgmlTypeName(to)));
+      }
+      const int64_t row = t.dims[0];
+      std::vector<float> values(t.num_elements);
+      if (row > 0) {
+        const int64_t row_bytes = GgmlRowBytes(t.type, row);
+        for (int64_t r = 0; r < t.num_elements / row; ++r) {
+          DequantizeRow(t.type, t.data + r * row_bytes, values.data() + r * row, row);
+        }
+      }
+      RETURN_IF_ERROR(writer.AddTensorFromF32(t.name, to, t.dims, values));
+    }
+    GgufQuantizeTensorReport line;
+    line.name = t.name;
+    line.dims = t.dims;
+    line.from = t.type;
+    line.to = to;
+    line.bytes_before = t.num_bytes;
+    int64_t ignored = 0;
+    RETURN_IF_ERROR(internal::CheckDims(t.dims, to, &ignored, &line.bytes_after));
+    rep.bytes_before += line.bytes_before;
+    rep.bytes_after += line.bytes_after;
+    rep.tensors.push_back(std::move(line));
+  }
+  RETURN_IF_ERROR(writer.WriteFile(out));
+
+  std::error_code ec;
+  rep.file_bytes_before = static_cast<int64_t>(std::filesystem::file_size(in, ec));
+  rep.file_bytes_after = static_cast<int64_t>(std::filesystem::file_size(out, ec));
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::engine

@@ -13,7 +13,6 @@
 
 ABSL_FLAG(std::string, role, "", "prefill (the only role of this binary)");
 ABSL_FLAG(std::string, max_running, "", "requests prefilled at once (default 64)");
-ABSL_FLAG(std::string, reservation_deadline, "", "unused by prefill (decode key; accepted)");
 
 int main(int argc, char** argv) {
   return tandem::serving::RunWorkerMain<tandem::prefill_worker::PrefillWorker>(

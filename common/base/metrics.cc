@@ -11,8 +11,14 @@
 namespace tandem::base {
 namespace {
 
+// The text format escapes a label value's backslash, double quote and line
+// feed, and a HELP text's backslash and line feed (nothing else).
 std::string EscapeLabel(const std::string& v) {
   return absl::StrReplaceAll(v, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
+}
+
+std::string EscapeHelp(const std::string& v) {
+  return absl::StrReplaceAll(v, {{"\\", "\\\\"}, {"\n", "\\n"}});
 }
 
 std::string RenderLabels(const Labels& labels) {
@@ -101,6 +107,8 @@ MetricsRegistry::Family& MetricsRegistry::GetFamilyLocked(const std::string& nam
     it->second.help = help;
   }
   CHECK(it->second.type == type) << "metric " << name << " re-declared with another type";
+  CHECK(it->second.help == help) << "metric " << name << " re-declared with another help text: \""
+                                 << help << "\" (first: \"" << it->second.help << "\")";
   return it->second;
 }
 
@@ -135,7 +143,8 @@ std::string MetricsRegistry::RenderText() const {
     const char* type = f.type == Type::kCounter ? "counter"
                        : f.type == Type::kGauge ? "gauge"
                                                 : "histogram";
-    absl::StrAppend(&out, "# HELP ", name, " ", f.help, "\n# TYPE ", name, " ", type, "\n");
+    absl::StrAppend(&out, "# HELP ", name, " ", EscapeHelp(f.help), "\n# TYPE ", name, " ", type,
+                    "\n");
     for (const auto& [labels, c] : f.counters) {
       absl::StrAppend(&out, name, labels, " ", FormatValue(c->value()), "\n");
     }

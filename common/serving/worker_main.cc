@@ -9,7 +9,8 @@
 
 ABSL_FLAG(std::string, config, "", "YAML config file; flags given on the command line override it");
 // One flag per WorkerConfig key; "" (unset) keeps the file's or the default value.
-// role, max_running and reservation_deadline: in each binary's main.cc.
+// role and max_running: in each binary's main.cc; reservation_deadline: only in
+// tandem-decode's (the prefill worker has no use for it).
 ABSL_FLAG(std::string, worker_id, "", "worker id (default <role>@<address>)");
 ABSL_FLAG(std::string, model, "", "GGUF model path (required)");
 ABSL_FLAG(std::string, listen, "", "gRPC listen address (default 0.0.0.0:50051; port 0: any)");

@@ -10,7 +10,8 @@
 //
 // common/serving/worker_main.cc defines --config and one string flag per
 // WorkerConfig key, except the keys whose help differs per binary (role,
-// max_running, reservation_deadline), which each main.cc defines; an unset
+// max_running) and reservation_deadline (tandem-decode only), which the
+// main.cc files define; an unset
 // flag ("") keeps the file's or the default value. Only worker binaries may
 // link worker_main.cc (it is pulled in by InitWorkerProcess): other binaries
 // define flags of the same names.

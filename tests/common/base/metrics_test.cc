@@ -57,5 +57,36 @@ TEST(MetricsTest, LabelValuesAreEscaped) {
   EXPECT_THAT(r.RenderText(), HasSubstr("g{model=\"a\\\"b\\\\c\"} 1\n"));
 }
 
+TEST(MetricsTest, HelpTextIsEscaped) {
+  MetricsRegistry r;
+  r.GetCounter("c_total", "a \\ b\nsecond line \"quoted\"")->Increment();
+  // HELP escapes backslash and line feed only; a quote stays as it is.
+  EXPECT_THAT(r.RenderText(),
+              HasSubstr("# HELP c_total a \\\\ b\\nsecond line \"quoted\"\n# TYPE c_total counter\n"));
+}
+
+TEST(MetricsTest, SameNameSameHelpIsOneFamily) {
+  MetricsRegistry r;
+  r.GetCounter("c_total", "help", {{"k", "a"}})->Increment();
+  r.GetCounter("c_total", "help", {{"k", "b"}})->Increment(2);
+  const std::string text = r.RenderText();
+  EXPECT_THAT(text, HasSubstr("c_total{k=\"a\"} 1\nc_total{k=\"b\"} 2\n"));
+  EXPECT_EQ(text.find("# HELP c_total"), text.rfind("# HELP c_total"));
+}
+
+TEST(MetricsDeathTest, RedeclaringWithAnotherHelpTextIsABug) {
+  MetricsRegistry r;
+  r.GetCounter("c_total", "first help");
+  EXPECT_DEATH(r.GetCounter("c_total", "other help", {{"k", "v"}}),
+               "metric c_total re-declared with another help text: \"other help\" \\(first: "
+               "\"first help\"\\)");
+}
+
+TEST(MetricsDeathTest, RedeclaringWithAnotherTypeIsABug) {
+  MetricsRegistry r;
+  r.GetCounter("x", "help");
+  EXPECT_DEATH(r.GetGauge("x", "help"), "metric x re-declared with another type");
+}
+
 }  // namespace
 }  // namespace tandem::base

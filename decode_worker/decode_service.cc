@@ -5,10 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "proto/grpc_status.h"
 #include "common/serving/queued_write_reactor.h"
 #include "common/serving/request_validation.h"
 #include "decode_worker/internal/proto_convert.h"
+#include "proto/grpc_status.h"
 
 namespace tandem::decode_worker {
 namespace {

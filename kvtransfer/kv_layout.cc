@@ -7,8 +7,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/engine/format/ggml_type.h"
 #include "common/base/status_macros.h"
+#include "common/engine/format/ggml_type.h"
 
 namespace tandem::kvtransfer {
 namespace {

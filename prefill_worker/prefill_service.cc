@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "proto/grpc_status.h"
-#include "common/serving/request_validation.h"
 #include "common/base/status_macros.h"
+#include "common/serving/request_validation.h"
+#include "proto/grpc_status.h"
 
 namespace tandem::prefill_worker {
 namespace {

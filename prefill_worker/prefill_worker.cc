@@ -3,9 +3,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/engine/format/ggml_type.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/engine/format/ggml_type.h"
 
 namespace tandem::prefill_worker {
 namespace {

@@ -6,9 +6,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "proto/grpc_status.h"
 #include "common/base/logging.h"
 #include "common/base/utf8.h"
+#include "proto/grpc_status.h"
 #include "router/request.h"
 
 namespace tandem::router {

@@ -10,8 +10,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "proto/grpc_status.h"
 #include "common/base/logging.h"
+#include "proto/grpc_status.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::router {

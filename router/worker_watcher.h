@@ -24,8 +24,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
-#include "router/config.h"
 #include "common/base/work_queue.h"
+#include "router/config.h"
 #include "router/registry.h"
 
 namespace tandem::v1 {

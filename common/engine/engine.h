@@ -16,9 +16,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/base/thread_pool.h"
 #include "common/engine/kv_cache.h"
 #include "common/engine/model.h"
-#include "common/base/thread_pool.h"
 
 namespace tandem::engine {
 

@@ -6,8 +6,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/engine/format/gguf.h"
 #include "common/base/status_macros.h"
+#include "common/engine/format/gguf.h"
 
 namespace tandem::engine {
 namespace {

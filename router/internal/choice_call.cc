@@ -4,8 +4,8 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "proto/grpc_status.h"
 #include "common/base/status_macros.h"
+#include "proto/grpc_status.h"
 #include "router/internal/request_run.h"
 #include "router/router.h"
 

@@ -53,19 +53,19 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/base/logging.h"
 #include "common/engine/engine.h"
 #include "common/engine/generation.h"
-#include "common/base/logging.h"
 #include "common/engine/model.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "kvtransfer/kv_layout.h"
 #include "tandem/v1/worker.grpc.pb.h"
-#include "tests/testing/watch_load.h"
-#include "tests/testing/worker_process.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/test_paths.h"
+#include "tests/testing/watch_load.h"
+#include "tests/testing/worker_process.h"
 
 namespace tandem {
 namespace {

@@ -14,8 +14,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtransfer/transport.h"
-#include "tests/testing/transport_test_util.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/transport_test_util.h"
 
 namespace tandem::kvtransfer {
 namespace {

@@ -31,8 +31,8 @@
 #include "kvtransfer/internal/ucx_util.h"
 #include "kvtransfer/transport.h"
 #include "tests/testing/child_process.h"
-#include "tests/testing/transport_test_util.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/transport_test_util.h"
 
 namespace tandem::kvtransfer {
 namespace {

@@ -2,12 +2,12 @@
 // arrive one by one; the text emitted never splits a UTF-8 code point, and
 // stop strings are held back until decided.
 
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "absl/strings/str_format.h"
 #include "common/base/utf8.h"
 #include "common/engine/sampling.h"
 #include "common/engine/tokenizer/tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "router/request.h"
 #include "tests/testing/router_test_util.h"
 

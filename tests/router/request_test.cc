@@ -4,11 +4,11 @@
 
 #include "router/request.h"
 
+#include "common/base/utf8.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/base/utf8.h"
-#include "proto/grpc_status.h"
 #include "nlohmann/json.hpp"
+#include "proto/grpc_status.h"
 #include "router/api_error.h"
 #include "router/openai_request.h"
 #include "tests/testing/router_test_util.h"

@@ -10,10 +10,10 @@
 #include <thread>
 
 #include "absl/strings/str_split.h"
+#include "common/base/utf8.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "common/base/utf8.h"
 #include "router/request.h"
 #include "tests/router/router_harness.h"
 #include "tests/testing/eventually.h"

@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/thread_pool.h"
 #include "common/engine/engine.h"
 #include "common/engine/model.h"
 #include "common/engine/model_builder.h"
-#include "common/base/thread_pool.h"
 
 namespace tandem::engine {
 namespace {

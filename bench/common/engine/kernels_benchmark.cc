@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "common/base/thread_pool.h"
 #include "common/engine/format/ggml_type.h"
 #include "common/engine/kernels/kernels.h"
-#include "common/base/thread_pool.h"
 
 namespace tandem::engine {
 namespace {

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "common/engine/kv_cache.h"
 #include "common/base/logging.h"
+#include "common/engine/kv_cache.h"
 
 namespace tandem::engine {
 namespace {

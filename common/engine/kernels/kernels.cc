@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/engine/kernels/internal/kernels_internal.h"
 #include "common/base/logging.h"
+#include "common/engine/kernels/internal/kernels_internal.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>

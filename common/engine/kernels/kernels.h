@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/engine/format/ggml_type.h"
 #include "common/base/thread_pool.h"
+#include "common/engine/format/ggml_type.h"
 
 namespace tandem::engine {
 

@@ -17,10 +17,10 @@
 #include "absl/strings/str_split.h"
 #include "common/base/flags.h"
 #include "common/engine/engine.h"
+#include "common/engine/format/npy.h"
 #include "common/engine/generation.h"
 #include "common/engine/kernels/kernels.h"
 #include "common/engine/model.h"
-#include "common/engine/format/npy.h"
 
 ABSL_FLAG(std::string, model, "", "GGUF model file (required)");
 ABSL_FLAG(std::string, prompt, "", "prompt text (tokenized with the model's tokenizer, BOS added)");

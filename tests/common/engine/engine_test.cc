@@ -10,8 +10,8 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "common/engine/generation.h"
 #include "common/base/logging.h"
+#include "common/engine/generation.h"
 #include "common/engine/model.h"
 #include "common/engine/model_builder.h"
 #include "gmock/gmock.h"

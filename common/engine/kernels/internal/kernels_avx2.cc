@@ -37,8 +37,8 @@
 #include <cmath>
 #include <limits>
 
-#include "common/engine/kernels/internal/kernels_internal.h"
 #include "common/base/logging.h"
+#include "common/engine/kernels/internal/kernels_internal.h"
 
 namespace tandem::engine::internal {
 namespace {

@@ -12,9 +12,9 @@
 #include <memory>
 
 #include "absl/functional/function_ref.h"
+#include "common/base/thread_pool.h"
 #include "common/engine/format/ggml_type.h"
 #include "common/engine/kernels/kernels.h"
-#include "common/base/thread_pool.h"
 
 namespace tandem::engine::internal {
 

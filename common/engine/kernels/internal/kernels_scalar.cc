@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "common/engine/kernels/internal/kernels_internal.h"
 #include "common/base/logging.h"
+#include "common/engine/kernels/internal/kernels_internal.h"
 
 namespace tandem::engine::internal {
 

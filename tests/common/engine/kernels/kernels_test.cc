@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/engine/format/ggml_type.h"
 #include "common/base/thread_pool.h"
+#include "common/engine/format/ggml_type.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"

@@ -41,8 +41,9 @@ TEST(ThreadPoolTest, ZeroTasksIsANoOp) {
 
 // Every task runs exactly once, on a valid thread id, across many jobs of
 // varied sizes and pool sizes. Per-task counters are plain ints written by
-// exactly one task each, so TSan also checks that Run() publishes the job
-// and the results with the right happens-before edges.
+// exactly one task each, so under ThreadSanitizer (this test carries the
+// `tsan` label: scripts/check_tsan.sh) a missing happens-before edge where
+// Run() publishes the job or collects the results is reported as a race.
 TEST(ThreadPoolTest, EveryTaskRunsExactlyOnce) {
   for (int threads : {1, 2, 3, 4, 8}) {
     ThreadPool pool(threads);
@@ -110,7 +111,8 @@ TEST(ThreadPoolTest, ThreadIdsAreDistinctAtAnyMoment) {
 TEST(ThreadPoolTest, PerThreadScratchHasNoRaces) {
   // Nested data: each task accumulates into the scratch slot of its thread,
   // then the owner reduces them after Run() returns (which must see all
-  // writes). TSan flags any missing synchronization.
+  // writes). The tsan run (scripts/check_tsan.sh) reports any missing
+  // synchronization as a race.
   constexpr int kThreads = 3;
   ThreadPool pool(kThreads);
   std::vector<std::vector<int64_t>> scratch(kThreads, std::vector<int64_t>(16, 0));

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Runs the whole test suite from a clean checkout: installs dependencies,
-# builds (Release; fails if the compiler printed any warning) and runs ctest
-# (every label: unit, parser, integration, docs), then rebuilds the
-# untrusted-input parsers (GGUF, tokenizer) under AddressSanitizer + UBSan and
-# runs their tests.
+# Runs the whole test suite from a clean checkout (.ci/run runs exactly this):
+#   1. installs dependencies, builds (Release; fails if the compiler printed
+#      any warning) and runs ctest: every label (unit, parser, integration, docs);
+#   2. rebuilds the untrusted-input parsers (GGUF, tokenizer, UTF-8) under
+#      AddressSanitizer + UBSan and runs their tests (label parser);
+#   3. builds the whole tree with clang -Wthread-safety -Werror=thread-safety
+#      (scripts/check_thread_safety.sh);
+#   4. builds and runs the tests labelled tsan under ThreadSanitizer
+#      (scripts/check_tsan.sh).
 #
 # Needs ../shared (models and traces) next to the repository.
 set -euo pipefail
@@ -30,6 +34,9 @@ ctest --test-dir build --output-on-failure -j2 --timeout 900 --no-tests=error
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTANDEM_ASAN=ON \
   -DTANDEM_BUILD_BENCHMARKS=OFF
-cmake --build build-asan -j2 --target gguf_test tokenizer_test
+cmake --build build-asan -j2 --target gguf_test tokenizer_test utf8_test
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j2 -L parser --no-tests=error \
   --timeout 900
+
+scripts/check_thread_safety.sh
+scripts/check_tsan.sh

@@ -1,0 +1,244 @@
+// Tests for the GGUF quantizer (common/engine/format/gguf_quantize.cc):
+// QuantizeGgufFile to Q8_0 and Q4_0, on generated models and stories260K.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/engine/format/ggml_type.h"
+#include "common/engine/format/gguf.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/common/engine/format/gguf_test_util.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/test_paths.h"
+
+namespace tandem::engine {
+namespace {
+
+using ::tandem::engine::testing::Array;
+using ::tandem::engine::testing::ExpectSameValue;
+using ::tandem::engine::testing::kStories;
+using ::tandem::engine::testing::RandomRow;
+using ::tandem::engine::testing::ReadBytes;
+using ::tandem::engine::testing::Scalar;
+using ::tandem::testing::RequireSharedFile;
+using ::tandem::testing::StatusIs;
+using ::tandem::testing::TempDir;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+struct InputTensor {
+  std::string name;
+  GgmlType type;
+  std::vector<int64_t> dims;
+};
+
+// Builds an F32-ish model file and returns the float values of every tensor
+// (after rounding to its stored type).
+std::map<std::string, std::vector<float>> WriteModel(const std::string& path,
+                                                     const std::vector<InputTensor>& tensors,
+                                                     uint32_t alignment) {
+  std::mt19937 rng(17);
+  GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  w.SetUint32("general.file_type", 0);  // ALL_F32
+  w.SetAlignment(alignment);
+  w.SetStringArray("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>"});
+  w.SetFloat32Array("tokenizer.ggml.scores", {0, -1, -2});
+  w.SetValue("x.nested",
+             Array(GgufValueType::kArray,
+                   {Array(GgufValueType::kString, {Scalar(GgufValueType::kString, 0, 0, "n")})}));
+  w.SetFloat32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  std::map<std::string, std::vector<float>> values;
+  for (const InputTensor& t : tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.dims) {
+      n *= d;
+    }
+    std::vector<float> x = RandomRow(rng, n, 0.5f);
+    EXPECT_OK(w.AddTensorFromF32(t.name, t.type, t.dims, x));
+    // What the file holds, as floats.
+    std::vector<uint8_t> stored(GgmlRowBytes(t.type, n));
+    QuantizeRow(t.type, x.data(), stored.data(), n);
+    DequantizeRow(t.type, stored.data(), x.data(), n);
+    values[t.name] = x;
+  }
+  EXPECT_OK(w.WriteFile(path));
+  return values;
+}
+
+const std::vector<InputTensor>& ModelTensors() {
+  static const auto* tensors = new std::vector<InputTensor>{
+      {"token_embd.weight", GgmlType::kF32, {64, 16}},
+      {"output_norm.weight", GgmlType::kF32, {64}},
+      {"output.weight", GgmlType::kF32, {64, 16}},
+      {"rope_freqs.weight", GgmlType::kF32, {32}},
+      {"blk.0.attn_norm.weight", GgmlType::kF32, {64}},
+      {"blk.0.attn_q.weight", GgmlType::kF16, {64, 64}},
+      {"blk.0.attn_k.weight", GgmlType::kBF16, {64, 32}},
+      {"blk.0.attn_q.bias", GgmlType::kF32, {64}},
+      {"blk.0.ffn_down.weight", GgmlType::kF32, {48, 64}},  // row of 48: not quantizable
+      {"blk.0.ffn_gate_inp.weight", GgmlType::kF32, {64, 4}},
+      {"blk.0.ffn_up_exps.weight", GgmlType::kF32, {64, 8, 2}},  // 3-D experts
+  };
+  return *tensors;
+}
+
+void ExpectQuantized(const std::string& in, const std::string& out, GgmlType target,
+                     const std::map<std::string, std::vector<float>>& values,
+                     const std::map<std::string, GgmlType>& want_types,
+                     const GgufQuantizeReport& report) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GgufFile> src, GgufFile::Open(in));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GgufFile> dst, GgufFile::Open(out));
+  EXPECT_EQ(dst->version(), 3u);
+  EXPECT_EQ(dst->alignment(), src->alignment());
+  // Metadata: same keys in the same order, then quantization_version; values
+  // identical except file_type.
+  std::vector<std::string> want_keys = src->metadata_keys();
+  want_keys.push_back("general.quantization_version");
+  EXPECT_EQ(dst->metadata_keys(), want_keys);
+  for (const std::string& k : src->metadata_keys()) {
+    if (k != "general.file_type") {
+      ExpectSameValue(*dst->Find(k), *src->Find(k), k);
+    }
+  }
+  EXPECT_EQ(dst->Find("general.file_type")->type, GgufValueType::kUint32);
+  EXPECT_EQ(*dst->GetInt("general.file_type"), target == GgmlType::kQ8_0 ? 7 : 2);
+  EXPECT_EQ(*dst->GetInt("general.quantization_version"), 2);
+
+  ASSERT_EQ(dst->tensors().size(), src->tensors().size());
+  ASSERT_EQ(report.tensors.size(), src->tensors().size());
+  int64_t before = 0;
+  int64_t after = 0;
+  for (size_t i = 0; i < src->tensors().size(); ++i) {
+    const GgufTensorInfo& s = src->tensors()[i];
+    const GgufTensorInfo& d = dst->tensors()[i];
+    SCOPED_TRACE(s.name);
+    ASSERT_EQ(d.name, s.name);
+    EXPECT_EQ(d.dims, s.dims);
+    ASSERT_TRUE(want_types.count(s.name));
+    EXPECT_EQ(d.type, want_types.at(s.name)) << GgmlTypeName(d.type);
+    EXPECT_EQ(report.tensors[i].name, s.name);
+    EXPECT_EQ(report.tensors[i].from, s.type);
+    EXPECT_EQ(report.tensors[i].to, d.type);
+    EXPECT_EQ(report.tensors[i].bytes_before, s.num_bytes);
+    EXPECT_EQ(report.tensors[i].bytes_after, d.num_bytes);
+    before += s.num_bytes;
+    after += d.num_bytes;
+    if (d.type == s.type) {
+      EXPECT_EQ(std::vector<uint8_t>(d.data, d.data + d.num_bytes),
+                std::vector<uint8_t>(s.data, s.data + s.num_bytes));
+      continue;
+    }
+    // Dequantized output == DequantizeRow(QuantizeRow(x)) of the input floats.
+    const std::vector<float>& x = values.at(s.name);
+    std::vector<uint8_t> q(d.num_bytes);
+    std::vector<float> want(x.size());
+    std::vector<float> got(x.size());
+    QuantizeRow(d.type, x.data(), q.data(), x.size());
+    DequantizeRow(d.type, q.data(), want.data(), x.size());
+    DequantizeRow(d.type, d.data, got.data(), x.size());
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(std::vector<uint8_t>(d.data, d.data + d.num_bytes), q);
+  }
+  EXPECT_EQ(report.bytes_before, before);
+  EXPECT_EQ(report.bytes_after, after);
+  EXPECT_LT(report.bytes_after, report.bytes_before);
+  EXPECT_GT(report.file_bytes_before, report.bytes_before);
+  EXPECT_GT(report.file_bytes_after, report.bytes_after);
+}
+
+TEST(QuantizeGgufFileTest, Q8_0) {
+  const std::string in = TempDir() + "/model_f32_q8.gguf";
+  const std::string out = TempDir() + "/model_q8_0.gguf";
+  const auto values = WriteModel(in, ModelTensors(), 32);
+  GgufQuantizeReport report;
+  ASSERT_OK(QuantizeGgufFile(in, out, GgmlType::kQ8_0, &report));
+  const GgmlType q = GgmlType::kQ8_0;
+  ExpectQuantized(in, out, q, values,
+                  {{"token_embd.weight", q},
+                   {"output_norm.weight", GgmlType::kF32},
+                   {"output.weight", q},
+                   {"rope_freqs.weight", GgmlType::kF32},
+                   {"blk.0.attn_norm.weight", GgmlType::kF32},
+                   {"blk.0.attn_q.weight", q},
+                   {"blk.0.attn_k.weight", q},
+                   {"blk.0.attn_q.bias", GgmlType::kF32},
+                   {"blk.0.ffn_down.weight", GgmlType::kF32},
+                   {"blk.0.ffn_gate_inp.weight", GgmlType::kF32},
+                   {"blk.0.ffn_up_exps.weight", q}},
+                  report);
+}
+
+TEST(QuantizeGgufFileTest, Q4_0KeepsOutputAtQ8_0) {
+  const std::string in = TempDir() + "/model_f32_q4.gguf";
+  const std::string out = TempDir() + "/model_q4_0.gguf";
+  const auto values = WriteModel(in, ModelTensors(), 64);  // non-default alignment kept
+  GgufQuantizeReport report;
+  ASSERT_OK(QuantizeGgufFile(in, out, GgmlType::kQ4_0, &report));
+  const GgmlType q = GgmlType::kQ4_0;
+  ExpectQuantized(in, out, q, values,
+                  {{"token_embd.weight", q},
+                   {"output_norm.weight", GgmlType::kF32},
+                   {"output.weight", GgmlType::kQ8_0},
+                   {"rope_freqs.weight", GgmlType::kF32},
+                   {"blk.0.attn_norm.weight", GgmlType::kF32},
+                   {"blk.0.attn_q.weight", q},
+                   {"blk.0.attn_k.weight", q},
+                   {"blk.0.attn_q.bias", GgmlType::kF32},
+                   {"blk.0.ffn_down.weight", GgmlType::kF32},
+                   {"blk.0.ffn_gate_inp.weight", GgmlType::kF32},
+                   {"blk.0.ffn_up_exps.weight", q}},
+                  report);
+
+  // Quantizing the result again: Q4_0 tensors are already the target (copied),
+  // output.weight already Q8_0: the file converts to itself.
+  const std::string again = TempDir() + "/model_q4_0_again.gguf";
+  ASSERT_OK(QuantizeGgufFile(out, again, GgmlType::kQ4_0));
+  EXPECT_EQ(ReadBytes(again), ReadBytes(out));
+  // To Q8_0 it would requantize: refused, naming the tensor.
+  EXPECT_THAT(QuantizeGgufFile(out, TempDir() + "/never.gguf", GgmlType::kQ8_0),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("'token_embd.weight'"), HasSubstr("already Q4_0"))));
+}
+
+TEST(QuantizeGgufFileTest, TiedEmbeddingsGetTheOutputType) {
+  const std::string in = TempDir() + "/tied_f32.gguf";
+  const std::string out = TempDir() + "/tied_q4_0.gguf";
+  const auto values = WriteModel(in,
+                                 {{"token_embd.weight", GgmlType::kF32, {64, 16}},
+                                  {"blk.0.attn_q.weight", GgmlType::kF32, {64, 64}}},
+                                 32);
+  GgufQuantizeReport report;
+  ASSERT_OK(QuantizeGgufFile(in, out, GgmlType::kQ4_0, &report));
+  ExpectQuantized(
+      in, out, GgmlType::kQ4_0, values,
+      {{"token_embd.weight", GgmlType::kQ8_0}, {"blk.0.attn_q.weight", GgmlType::kQ4_0}}, report);
+}
+
+TEST(QuantizeGgufFileTest, QuantizesStories260K) {
+  const std::string out = TempDir() + "/stories_q8_0.gguf";
+  GgufQuantizeReport report;
+  ASSERT_OK(QuantizeGgufFile(RequireSharedFile(kStories), out, GgmlType::kQ8_0, &report));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GgufFile> f, GgufFile::Open(out));
+  EXPECT_EQ(f->metadata().size(), 21u);  // 19 + file_type + quantization_version
+  EXPECT_EQ(f->tensors().size(), 48u);
+  EXPECT_EQ(f->FindTensor("blk.0.attn_q.weight")->type, GgmlType::kQ8_0);
+  EXPECT_EQ(f->FindTensor("blk.0.ffn_down.weight")->type, GgmlType::kF32);  // 172 % 32 != 0
+  EXPECT_EQ(f->FindTensor("blk.0.attn_norm.weight")->type, GgmlType::kF32);
+  EXPECT_EQ(report.tensors.size(), 48u);
+}
+
+TEST(QuantizeGgufFileTest, Errors) {
+  EXPECT_THAT(QuantizeGgufFile("in", "out", GgmlType::kF16),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("valid targets: Q8_0, Q4_0")));
+  EXPECT_THAT(QuantizeGgufFile(TempDir() + "/missing.gguf", TempDir() + "/o.gguf", GgmlType::kQ8_0),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing.gguf")));
+}
+
+}  // namespace
+}  // namespace tandem::engine

@@ -1,11 +1,8 @@
 #include "router/cli/launcher.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,12 +10,17 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include <httplib.h>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/types/span.h"
 #include "common/base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "router/cli/health_client.h"
@@ -88,6 +90,26 @@ std::string Describe(int status) {
   return absl::StrCat("ended (wait status ", status, ")");
 }
 
+// The key=value fields of the line "READY key=value ..." that tandem-router
+// and the workers print on stdout (their log) once they serve; nullopt while
+// the log has none. Only a whole line counts: the child may be mid-write.
+std::optional<std::map<std::string, std::string>> ReadyFields(const std::string& log_path) {
+  std::ifstream in(log_path);
+  std::string line;
+  while (std::getline(in, line) && !in.eof()) {
+    if (!absl::StartsWith(line, "READY ")) {
+      continue;
+    }
+    std::map<std::string, std::string> fields;
+    for (absl::string_view field : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+      const std::pair<std::string, std::string> kv = absl::StrSplit(field, absl::MaxSplits('=', 1));
+      fields[kv.first] = kv.second;
+    }
+    return fields;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 absl::Status ClusterSpec::Validate() const {
@@ -152,39 +174,6 @@ absl::StatusOr<ClusterSpec> ParseClusterYaml(absl::string_view yaml, absl::strin
   return spec;
 }
 
-absl::StatusOr<std::vector<int>> PickFreePorts(const std::string& host, int count) {
-  std::vector<int> fds;
-  std::vector<int> ports;
-  absl::Status status;
-  for (int i = 0; i < count; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = 0;
-    if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    }
-    socklen_t len = sizeof(addr);
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      status = absl::UnavailableError(absl::StrCat("picking a free port: ", strerror(errno)));
-      if (fd >= 0) {
-        close(fd);
-      }
-      break;
-    }
-    fds.push_back(fd);  // held open so the next pick differs
-    ports.push_back(ntohs(addr.sin_port));
-  }
-  for (int fd : fds) {
-    close(fd);
-  }
-  if (!status.ok()) {
-    return status;
-  }
-  return ports;
-}
-
 Cluster::~Cluster() {
   std::ostringstream sink;
   Stop(sink);
@@ -228,7 +217,50 @@ absl::Status Cluster::Launch(Process& p) {
   return absl::OkStatus();
 }
 
+absl::Status Cluster::AwaitReady(Process& p, absl::Time give_up, std::ostream& log) {
+  std::optional<std::map<std::string, std::string>> ready;
+  while (!(ready = ReadyFields(p.log_path)).has_value()) {
+    Reap(log);
+    if (!p.running) {
+      return ExitedError(p, "before printing its READY line");
+    }
+    if (absl::Now() > give_up) {
+      return absl::DeadlineExceededError(absl::StrCat(p.name, " printed no READY line within ",
+                                                      absl::FormatDuration(spec_.health_timeout),
+                                                      "; see ", p.log_path));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  // The router reports grpc_port and http_port, a worker grpc_port and metrics_port.
+  const bool is_router = p.name == "router";
+  std::string* addresses[] = {&p.grpc_address, is_router ? &p.http_address : &p.metrics_address};
+  const char* keys[] = {"grpc_port", is_router ? "http_port" : "metrics_port"};
+  for (int i = 0; i < 2; ++i) {
+    int port = 0;
+    if (!absl::SimpleAtoi((*ready)[keys[i]], &port) || port <= 0 || port > 65535) {
+      return absl::InternalError(
+          absl::StrCat(p.name, ": no valid ", keys[i], " on its READY line; see ", p.log_path));
+    }
+    *addresses[i] = absl::StrCat(spec_.host, ":", port);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::ExitedError(const Process& p, absl::string_view when) const {
+  return absl::UnavailableError(absl::StrCat(p.name, " ", Describe(p.exit_status), " ", when,
+                                             "; its log (", p.log_path, ") ends with:\n",
+                                             Tail(p.log_path)));
+}
+
 absl::Status Cluster::Start(std::ostream& log) {
+  absl::Status s = StartProcesses(log);
+  if (!s.ok()) {
+    Stop(log);
+  }
+  return s;
+}
+
+absl::Status Cluster::StartProcesses(std::ostream& log) {
   RETURN_IF_ERROR(spec_.Validate());
   if (!fs::exists(spec_.model)) {
     return absl::NotFoundError(absl::StrCat("model ", spec_.model, " does not exist"));
@@ -247,26 +279,22 @@ absl::Status Cluster::Start(std::ostream& log) {
   }
   const std::string model = fs::absolute(spec_.model).lexically_normal().string();
 
+  // Every process listens on port 0 (unless the spec fixes the router's) and
+  // reports the ports it bound on its READY line: a port picked here and
+  // released before the child binds it can be taken in between (UCX
+  // listeners, parallel tests).
   const int workers = spec_.prefill.replicas + spec_.decode.replicas + spec_.colocated.replicas;
-  ASSIGN_OR_RETURN(std::vector<int> ports, PickFreePorts(spec_.host, 2 * workers + 2));
-  size_t next_port = 0;
-  auto take = [&] { return ports[next_port++]; };
-
-  std::vector<std::string> worker_addresses;
   auto add_workers = [&](const RoleSpec& role, const char* role_name, const char* binary) {
     for (int i = 0; i < role.replicas; ++i) {
       Process p;
       p.name = absl::StrCat(role_name, "-", i);
       p.binary = (fs::path(bin_dir) / binary).string();
-      p.grpc_address = absl::StrCat(spec_.host, ":", take());
-      const int metrics_port = take();
-      p.metrics_address = absl::StrCat(spec_.host, ":", metrics_port);
       YAML::Node c = role.config ? YAML::Clone(role.config) : YAML::Node(YAML::NodeType::Map);
       c["model"] = model;
       c["role"] = role_name;
-      c["listen"] = p.grpc_address;
+      c["listen"] = absl::StrCat(spec_.host, ":0");
       c["metrics_host"] = spec_.host;
-      c["metrics_port"] = metrics_port;
+      c["metrics_port"] = 0;
       c["worker_id"] = p.name;
       p.config_path = (fs::path(run_dir) / (p.name + ".yaml")).string();
       p.log_path = (fs::path(run_dir) / (p.name + ".log")).string();
@@ -277,7 +305,6 @@ absl::Status Cluster::Start(std::ostream& log) {
         return s;
       }
       p.args = {absl::StrCat("--config=", p.config_path)};
-      worker_addresses.push_back(p.grpc_address);
       procs_.push_back(std::move(p));
     }
     return absl::OkStatus();
@@ -289,13 +316,34 @@ absl::Status Cluster::Start(std::ostream& log) {
   Process router;
   router.name = "router";
   router.binary = (fs::path(bin_dir) / "tandem-router").string();
-  const int grpc_port = spec_.grpc_port > 0 ? spec_.grpc_port : take();
-  const int http_port = spec_.http_port > 0 ? spec_.http_port : take();
-  router.grpc_address = absl::StrCat(spec_.host, ":", grpc_port);
-  router.http_address = absl::StrCat(spec_.host, ":", http_port);
+  router.config_path = (fs::path(run_dir) / "router.yaml").string();
+  router.log_path = (fs::path(run_dir) / "router.log").string();
+  router.args = {absl::StrCat("--config=", router.config_path)};
+
+  procs_.push_back(std::move(router));  // last, as router() expects; started last
+  for (const Process& p : procs_) {
+    if (!fs::exists(p.binary)) {
+      return absl::NotFoundError(absl::StrCat(p.binary, " does not exist (set bin_dir)"));
+    }
+  }
+  Process& r = procs_.back();
+  log << "tandem up: starting " << workers << " worker(s) and a router; logs in " << run_dir
+      << "\n";
+  const absl::Time give_up = absl::Now() + spec_.health_timeout;
+  const auto worker_procs = absl::MakeSpan(procs_).subspan(0, procs_.size() - 1);
+  for (Process& p : worker_procs) {
+    RETURN_IF_ERROR(base::Annotate(Launch(p), p.name));
+  }
+  // The router's config needs the workers' addresses: wait for their READY lines.
+  std::vector<std::string> worker_addresses;
+  for (Process& p : worker_procs) {
+    RETURN_IF_ERROR(AwaitReady(p, give_up, log));
+    worker_addresses.push_back(p.grpc_address);
+  }
+
   YAML::Node rc = spec_.router ? YAML::Clone(spec_.router) : YAML::Node(YAML::NodeType::Map);
-  rc["grpc_address"] = router.grpc_address;
-  rc["http_address"] = router.http_address;
+  rc["grpc_address"] = absl::StrCat(spec_.host, ":", spec_.grpc_port);
+  rc["http_address"] = absl::StrCat(spec_.host, ":", spec_.http_port);
   if (!rc["models"]) {
     YAML::Node m;
     m["path"] = model;
@@ -304,49 +352,25 @@ absl::Status Cluster::Start(std::ostream& log) {
   for (const std::string& a : worker_addresses) {
     rc["workers"]["static"].push_back(a);
   }
-  router.config_path = (fs::path(run_dir) / "router.yaml").string();
-  router.log_path = (fs::path(run_dir) / "router.log").string();
   {
     YAML::Emitter e;
     e << rc;
-    RETURN_IF_ERROR(WriteFile(router.config_path, std::string(e.c_str()) + "\n"));
+    RETURN_IF_ERROR(WriteFile(r.config_path, std::string(e.c_str()) + "\n"));
   }
-  router.args = {absl::StrCat("--config=", router.config_path)};
-  procs_.push_back(std::move(router));
-
-  for (Process& p : procs_) {
-    if (!fs::exists(p.binary)) {
-      Stop(log);
-      return absl::NotFoundError(absl::StrCat(p.binary, " does not exist (set bin_dir)"));
-    }
-  }
-  log << "tandem up: starting " << workers << " worker(s) and a router; logs in " << run_dir
-      << "\n";
-  for (Process& p : procs_) {
-    absl::Status s = Launch(p);
-    if (!s.ok()) {
-      Stop(log);
-      return base::Annotate(s, p.name);
-    }
-  }
+  RETURN_IF_ERROR(base::Annotate(Launch(r), r.name));
+  RETURN_IF_ERROR(AwaitReady(r, give_up, log));
 
   // Health: every process answers grpc.health.v1 SERVING.
-  const absl::Time give_up = absl::Now() + spec_.health_timeout;
   for (Process& p : procs_) {
     while (true) {
       Reap(log);
       if (!p.running) {
-        absl::Status s = absl::UnavailableError(absl::StrCat(
-            p.name, " ", Describe(p.exit_status), " before becoming healthy; its log (",
-            p.log_path, ") ends with:\n", Tail(p.log_path)));
-        Stop(log);
-        return s;
+        return ExitedError(p, "before becoming healthy");
       }
       if (CheckHealth(p.grpc_address, absl::Seconds(1)).ok()) {
         break;
       }
       if (absl::Now() > give_up) {
-        Stop(log);
         return absl::DeadlineExceededError(absl::StrCat(
             p.name, " did not become healthy within ", absl::FormatDuration(spec_.health_timeout),
             "; see ", p.log_path));
@@ -355,8 +379,7 @@ absl::Status Cluster::Start(std::ostream& log) {
     }
   }
   // The router sees every worker.
-  const Process& r = procs_.back();
-  httplib::Client http(spec_.host, http_port);
+  httplib::Client http(absl::StrCat("http://", r.http_address));
   http.set_connection_timeout(1);
   while (true) {
     auto res = http.Get("/health");
@@ -373,7 +396,6 @@ absl::Status Cluster::Start(std::ostream& log) {
     }
     Reap(log);
     if (absl::Now() > give_up || !r.running) {
-      Stop(log);
       return absl::DeadlineExceededError(absl::StrCat(
           "the router did not see all ", workers, " workers within ",
           absl::FormatDuration(spec_.health_timeout), "; see ", r.log_path));

@@ -1,10 +1,12 @@
 #pragma once
 // `tandem up CONFIG`: a whole cluster on one machine. Starts N prefill and M
 // decode (or K colocated) workers and a router on loopback from one YAML
-// file, with free ports chosen at start, waits until every process answers
-// grpc.health.v1 and the router sees every worker, prints the endpoints,
-// reports workers that die, and on SIGINT / SIGTERM stops everything (router
-// first, then workers; SIGKILL after the grace period).
+// file, each listening on port 0 and reporting the ports it bound on its
+// READY line (the workers first: the router's config lists their addresses),
+// waits until every process answers grpc.health.v1 and the router sees every
+// worker, prints the endpoints, reports workers that die, and on SIGINT /
+// SIGTERM stops everything (router first, then workers; SIGKILL after the
+// grace period).
 //
 // Cluster YAML (paths relative to the file):
 //
@@ -15,7 +17,7 @@
 //   health_timeout: 120s            # for the whole cluster to come up
 //   grace: 15s                      # shutdown: SIGTERM -> SIGKILL
 //   router:                         # router/config.h keys; tandem up fills in
-//     grpc_port: 0                  #   grpc_address / http_address (0 = free port),
+//     grpc_port: 0                  #   grpc_address / http_address (0 = any free port),
 //     http_port: 0                  #   models (from `model`) and workers.static
 //     mode: auto
 //     limits: {max_inflight: 64}
@@ -69,9 +71,6 @@ struct ClusterSpec {
 // Parses the YAML above; relative paths are resolved against `base_dir`.
 absl::StatusOr<ClusterSpec> ParseClusterYaml(absl::string_view yaml, absl::string_view base_dir);
 
-// `count` distinct free TCP ports on `host` (bound then released).
-absl::StatusOr<std::vector<int>> PickFreePorts(const std::string& host, int count);
-
 class Cluster {
  public:
   struct Process {
@@ -91,8 +90,10 @@ class Cluster {
   explicit Cluster(ClusterSpec spec) : spec_(std::move(spec)) {}
   ~Cluster();  // Stop()s
 
-  // Writes the configs, starts every process and waits until all are healthy
-  // and the router sees all workers. On error the processes started are stopped.
+  // Writes the configs, starts every process and waits (spec.health_timeout
+  // in all) until all are healthy and the router sees all workers. A process
+  // that exits first is an Unavailable error naming it and quoting its log.
+  // On error the processes started are stopped.
   absl::Status Start(std::ostream& log);
   // The endpoints, one process per line.
   void PrintEndpoints(std::ostream& out) const;
@@ -106,7 +107,16 @@ class Cluster {
   const Process& router() const { return procs_.back(); }
 
  private:
+  absl::Status StartProcesses(std::ostream& log);  // Start() less the Stop() on error
+  // Starts `p`: stdout and stderr to its log file.
   absl::Status Launch(Process& p);
+  // Waits until `p`'s log holds its READY line and sets its addresses from the
+  // ports there (grpc_port; the router's http_port, a worker's metrics_port).
+  // Read from the log file rather than a stdout pipe: no thread has to drain
+  // a pipe after READY, and the log keeps stdout and stderr in order.
+  absl::Status AwaitReady(Process& p, absl::Time give_up, std::ostream& log);
+  // Unavailable: `p` exited (`when`), with the end of its log.
+  absl::Status ExitedError(const Process& p, absl::string_view when) const;
   // Reaps exited children; reports each once.
   int Reap(std::ostream& log);
 

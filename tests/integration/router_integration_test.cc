@@ -21,9 +21,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <tuple>
 
@@ -567,6 +569,7 @@ struct UpProcess {
   std::string name;
   std::string grpc_address;
   std::string http_address;  // the router's ("HTTP http://ADDRESS")
+  std::string log_path;      // a worker's ("log PATH")
   pid_t pid = -1;
 };
 
@@ -587,6 +590,8 @@ std::vector<UpProcess> UpProcesses(const std::string& output) {
         absl::string_view http = parts[i + 1];
         absl::ConsumePrefix(&http, "http://");
         p.http_address = std::string(http);
+      } else if (parts[i] == "log") {
+        p.log_path = parts[i + 1];
       }
     }
     out.push_back(std::move(p));
@@ -628,6 +633,22 @@ void TandemUp(const std::string& config, int workers, const std::multiset<v1::Wo
   ASSERT_EQ(procs[0].name, "router") << p.output();
   ASSERT_FALSE(procs[0].http_address.empty()) << p.output();
   const std::string address = procs[0].grpc_address;
+  // tandem up picks no ports (one released before a child binds it can be
+  // taken in between): every config it writes, beside the logs, says port 0.
+  const std::string run_dir = std::filesystem::path(procs[1].log_path).parent_path().string();
+  auto config_of = [&](const std::string& name) {
+    std::ifstream in(absl::StrCat(run_dir, "/", name, ".yaml"));
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  EXPECT_THAT(config_of("router"), ::testing::AllOf(HasSubstr("grpc_address: 127.0.0.1:0\n"),
+                                                    HasSubstr("http_address: 127.0.0.1:0\n")));
+  for (size_t i = 1; i < procs.size(); ++i) {
+    EXPECT_THAT(config_of(procs[i].name), ::testing::AllOf(HasSubstr("listen: 127.0.0.1:0\n"),
+                                                           HasSubstr("metrics_port: 0\n")))
+        << procs[i].name;
+  }
   // Every worker printed answers Control.Watch with its snapshot.
   std::multiset<v1::WorkerRole> watched;
   for (size_t i = 1; i < procs.size(); ++i) {

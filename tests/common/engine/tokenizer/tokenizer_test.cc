@@ -252,23 +252,36 @@ TEST(TokenizerStoriesTest, RoundTripsAndMatchesGreedyReference) {
 
 // --- pre-tokenizer splits vs Python regex ----------------------------------------
 
+// A parsed JSON value. Object members are a named struct, not a std::pair:
+// std::pair<std::string, JsonValue> inside JsonValue is a recursive
+// instantiation that clang with libstdc++ rejects.
+struct JsonValue {
+  struct Member;
+  enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
+  std::string str;
+  std::vector<JsonValue> array;
+  std::vector<Member> object;
+  const JsonValue* Get(absl::string_view key) const;
+};
+
+struct JsonValue::Member {
+  std::string key;
+  JsonValue value;
+};
+
+const JsonValue* JsonValue::Get(absl::string_view key) const {
+  for (const auto& [k, v] : object) {
+    if (k == key) {
+      return &v;
+    }
+  }
+  return nullptr;
+}
+
 // Just enough JSON for the generated file (ASCII, \u escapes, no numbers needed).
 class MiniJson {
  public:
-  struct Value {
-    enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
-    std::string str;
-    std::vector<Value> array;
-    std::vector<std::pair<std::string, Value>> object;
-    const Value* Get(absl::string_view key) const {
-      for (const auto& [k, v] : object) {
-        if (k == key) {
-          return &v;
-        }
-      }
-      return nullptr;
-    }
-  };
+  using Value = JsonValue;
 
   explicit MiniJson(absl::string_view text) : text_(text) {}
 
@@ -409,8 +422,8 @@ class MiniJson {
         if (!ParseString(&key) || !Consume(':')) {
           return false;
         }
-        v->object.emplace_back(std::move(key), Value());
-        if (!ParseValue(&v->object.back().second)) {
+        v->object.push_back({std::move(key), Value()});
+        if (!ParseValue(&v->object.back().value)) {
           return false;
         }
       } while (Consume(','));

@@ -107,11 +107,15 @@ void UcxTransport::Shutdown() { impl_->Shutdown(); }
 // --- Impl: any thread, and the progress thread's lifecycle -----------------
 
 absl::Status UcxTransport::Impl::Start() {
-  thread_ = std::thread([this] { Run(); });
-  // Read by other threads only after tasks passed through mu_.
-  thread_id_ = thread_.get_id();
+  {
+    absl::MutexLock lock(&join_mu_);
+    thread_ = std::thread([this] { Run(); });
+    // Read by other threads only after tasks passed through mu_.
+    thread_id_ = thread_.get_id();
+  }
   init_done_.WaitForNotification();
   if (!init_status_.ok()) {
+    absl::MutexLock lock(&join_mu_);
     thread_.join();
   }
   return init_status_;

@@ -74,11 +74,7 @@ ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads))
 
 ThreadPool::~ThreadPool() {
   stop_.store(true, std::memory_order_seq_cst);
-  {
-    // Taking the lock orders the store before any sleeper's predicate check.
-    std::lock_guard<std::mutex> lock(mu_);
-  }
-  cv_.notify_all();
+  WakeSleepers();
   for (std::thread& w : workers_) {
     w.join();
   }
@@ -108,8 +104,7 @@ void ThreadPool::Run(int64_t num_tasks, absl::FunctionRef<void(int64_t task, int
                      std::memory_order_release);
     generation_.store(gen, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) {
-      { std::lock_guard<std::mutex> lock(mu_); }
-      cv_.notify_all();
+      WakeSleepers();
     }
     Work(0);
     // Wait for tasks claimed by workers. Yield now and then in case one was
@@ -123,6 +118,17 @@ void ThreadPool::Run(int64_t num_tasks, absl::FunctionRef<void(int64_t task, int
     }
     fn_ = nullptr;
   }
+}
+
+void ThreadPool::WakeSleepers() {
+  {
+    // Taking the lock orders the caller's store before any sleeper's
+    // predicate check: a worker checks it with mu_ held and releases mu_ only
+    // inside cv_.Wait(), so it is either past the check (and will be
+    // signalled) or will see the new value.
+    absl::MutexLock lock(&mu_);
+  }
+  cv_.SignalAll();
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,
@@ -176,14 +182,16 @@ void ThreadPool::WorkerLoop(int thread) {
           break;
         }
         if (spins % kSpinsPerClockRead == 0 && std::chrono::steady_clock::now() > deadline) {
-          std::unique_lock<std::mutex> lock(mu_);
-          sleepers_.fetch_add(1, std::memory_order_seq_cst);
-          cv_.wait(lock, [&] {
-            return generation_.load(std::memory_order_seq_cst) != seen ||
-                   stop_.load(std::memory_order_seq_cst);
-          });
-          sleepers_.fetch_sub(1, std::memory_order_relaxed);
-          gen = generation_.load(std::memory_order_acquire);
+          {
+            absl::MutexLock lock(&mu_);
+            sleepers_.fetch_add(1, std::memory_order_seq_cst);
+            while (generation_.load(std::memory_order_seq_cst) == seen &&
+                   !stop_.load(std::memory_order_seq_cst)) {
+              cv_.Wait(&mu_);
+            }
+            sleepers_.fetch_sub(1, std::memory_order_relaxed);
+            gen = generation_.load(std::memory_order_acquire);
+          }
           break;
         }
       }

@@ -8,13 +8,13 @@
 // thread); it is not reentrant and must not be called from inside a job.
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
+#include "absl/synchronization/mutex.h"
 
 namespace tandem::base {
 
@@ -36,7 +36,9 @@ class ThreadPool {
   void ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t begin, int64_t end)> fn);
 
  private:
-  void WorkerLoop(int thread);
+  void WorkerLoop(int thread) ABSL_LOCKS_EXCLUDED(mu_);
+  // Wakes every sleeping worker after generation_ or stop_ changed.
+  void WakeSleepers() ABSL_LOCKS_EXCLUDED(mu_);
   void Work(int thread);
 
   const int num_threads_;
@@ -49,8 +51,11 @@ class ThreadPool {
   int64_t num_tasks_ = 0;
   absl::FunctionRef<void(int64_t, int)>* fn_ = nullptr;
   std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
+  // Sleep/wake only: mu_ guards no field. The wake condition is the atomics
+  // generation_ and stop_, which the owner changes outside mu_ and then takes
+  // mu_ once before signalling (see the sleep protocol in thread_pool.cc).
+  absl::Mutex mu_;
+  absl::CondVar cv_;
   std::atomic<int> sleepers_{0};
 };
 

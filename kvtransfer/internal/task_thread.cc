@@ -8,7 +8,7 @@
 
 namespace tandem::kvtransfer::internal {
 
-TaskThread::TaskThread() : thread_([this] { Run(); }) {}
+TaskThread::TaskThread() : thread_([this] { Run(); }), thread_id_(thread_.get_id()) {}
 
 TaskThread::~TaskThread() { Stop(); }
 

@@ -34,7 +34,7 @@ class TaskThread {
   // asks for the stop (a later Stop() or the destructor joins).
   void Stop();
 
-  bool IsCurrent() const { return std::this_thread::get_id() == thread_.get_id(); }
+  bool IsCurrent() const { return std::this_thread::get_id() == thread_id_; }
 
  private:
   void Run();
@@ -43,8 +43,12 @@ class TaskThread {
   absl::CondVar cv_;
   std::multimap<absl::Time, Task> tasks_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Mutex join_mu_;
-  std::thread thread_;  // last: starts after the fields above exist
+  absl::Mutex join_mu_;  // serializes joins of thread_
+  std::thread thread_ ABSL_GUARDED_BY(join_mu_);  // last: starts after the fields above exist
+  // thread_'s id, kept apart because thread_ changes on join. Set by the
+  // constructor, then only read; Run() never reads it, and the thread's tasks
+  // read it after the Post() that queued them.
+  const std::thread::id thread_id_;
 };
 
 }  // namespace tandem::kvtransfer::internal

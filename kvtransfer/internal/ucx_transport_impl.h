@@ -303,7 +303,7 @@ class UcxTransport::Impl {
   internal::CancelledTags refused_ ABSL_GUARDED_BY(received_mu_){internal::kMaxRefusedTags};
 
   absl::Mutex join_mu_;  // serializes joins of thread_
-  std::thread thread_;
+  std::thread thread_ ABSL_GUARDED_BY(join_mu_);
   std::thread::id thread_id_;  // written by Start() before init_done_ is awaited
   absl::Notification init_done_;
   absl::Status init_status_;  // written by the thread before init_done_

@@ -115,7 +115,7 @@ TEST_F(RequestTest, InvalidUtf8) {
   absl::Status s = Http(OpenAiEndpoint::kCompletions, body);
   ExpectClientError(s, 400, "", "Invalid JSON");
   // The error body itself stays valid UTF-8 JSON.
-  EXPECT_NO_THROW(nlohmann::json::parse(OpenAiErrorJson(s)));
+  EXPECT_NO_THROW(nlohmann::json parsed = nlohmann::json::parse(OpenAiErrorJson(s)));
   // Invalid UTF-8 arriving without JSON (gRPC): PrepareRequest names it.
   GenerationRequest g;
   g.prompt_text = std::string("ok \xc3\x28 bad");

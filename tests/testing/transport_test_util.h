@@ -32,10 +32,8 @@ class DoneRecorder {
   // Waits until done ran; fails with a message after `timeout`.
   ::testing::AssertionResult Wait(absl::Duration timeout = absl::Seconds(60)) const {
     absl::MutexLock lock(&state_->mu);
-    const bool ok =
-        state_->mu.AwaitWithTimeout(absl::Condition(
-                                        +[](State* s) { return s->calls > 0; }, state_.get()),
-                                    timeout);
+    const bool ok = state_->mu.AwaitWithTimeout(
+        absl::Condition(+[](int* calls) { return *calls > 0; }, &state_->calls), timeout);
     if (!ok) {
       return ::testing::AssertionFailure()
              << "done did not run within " << absl::FormatDuration(timeout);

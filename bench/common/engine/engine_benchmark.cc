@@ -90,8 +90,8 @@ const engine::Model& TinyLlama(int t) {
 double ReadBandwidth(int threads) {
   static std::map<int, double> cache;
   if (cache.count(threads)) return cache[threads];
-  const size_t n = (1ull << 30) / sizeof(uint64_t);
-  static std::vector<uint64_t>* buf = [n] {
+  constexpr size_t n = (1ull << 30) / sizeof(uint64_t);
+  static std::vector<uint64_t>* buf = [] {
     auto* b = new std::vector<uint64_t>(n);
     for (size_t i = 0; i < n; ++i) (*b)[i] = i;
     return b;

@@ -76,12 +76,6 @@ inline __m128 Hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-inline __m256i Bcast32(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
 // exp(x) for x <= 0 mostly (softmax, silu); Cephes-style polynomial, relative
 // error ~2 ulp over the clamped range; underflows to 0 below about -87.
 inline __m256 Exp256(__m256 x) {

@@ -20,8 +20,11 @@
 #include <algorithm>
 
 // GCC 12's avx512fintrin.h unpack intrinsics start from _mm512_undefined_*,
-// which -Wmaybe-uninitialized reports at every use (a false positive).
+// which -Wmaybe-uninitialized reports at every use (a false positive). Clang
+// has no such warning.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include "common/engine/kernels/internal/kernels_internal.h"
 

@@ -27,30 +27,27 @@ Utf8Sequence DecodeUtf8(absl::string_view text, size_t pos) {
     return {Utf8Status::kOk, b0, 1};
   }
   size_t need;
-  uint8_t lo = 0x80;
-  uint8_t hi = 0xBF;
-  uint32_t cp;
   if (b0 >= 0xC2 && b0 <= 0xDF) {
     need = 2;
-    cp = b0 & 0x1F;
   } else if (b0 >= 0xE0 && b0 <= 0xEF) {
     need = 3;
-    cp = b0 & 0x0F;
-    if (b0 == 0xE0) {
-      lo = 0xA0;  // no overlongs
-    } else if (b0 == 0xED) {
-      hi = 0x9F;  // no surrogates
-    }
   } else if (b0 >= 0xF0 && b0 <= 0xF4) {
     need = 4;
-    cp = b0 & 0x07;
-    if (b0 == 0xF0) {
-      lo = 0x90;  // no overlongs
-    } else if (b0 == 0xF4) {
-      hi = 0x8F;  // <= U+10FFFF
-    }
   } else {
     return {Utf8Status::kInvalid, 0, 1};
+  }
+  uint32_t cp = b0 & (0x7F >> need);  // the lead byte's payload: 5, 4 or 3 bits
+  // The second byte's range (Unicode Table 3-7); later bytes are always 80..BF.
+  uint8_t lo = 0x80;
+  uint8_t hi = 0xBF;
+  if (b0 == 0xE0) {
+    lo = 0xA0;  // no overlongs
+  } else if (b0 == 0xED) {
+    hi = 0x9F;  // no surrogates
+  } else if (b0 == 0xF0) {
+    lo = 0x90;  // no overlongs
+  } else if (b0 == 0xF4) {
+    hi = 0x8F;  // <= U+10FFFF
   }
   for (size_t k = 1; k < need; ++k) {
     if (pos + k >= text.size()) {

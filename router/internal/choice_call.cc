@@ -49,25 +49,22 @@ absl::Status WorkerError(const grpc::Status& s, absl::string_view what) {
 
 // --- reactors -----------------------------------------------------------------
 
-// Decode.Reserve: the first event is the reservation, then token events.
-class ChoiceCall::ReserveReactor : public grpc::ClientReadReactor<tandem::v1::DecodeEvent> {
+// A Decode stream (Reserve or Generate): hands each message to the call and
+// reports the end. The stub binds the RPC to the reactor before Start().
+template <typename Message>
+class ChoiceCall::StreamReactor : public grpc::ClientReadReactor<Message> {
  public:
-  explicit ReserveReactor(std::shared_ptr<ChoiceCall> call) : call_(std::move(call)) {}
-  void Start(tandem::v1::Decode::Stub* stub) {
-    stub->async()->Reserve(&call_->stream_ctx_, &call_->reserve_req_, this);
-    StartRead(&event_);
-    StartCall();
+  explicit StreamReactor(std::shared_ptr<ChoiceCall> call) : call_(std::move(call)) {}
+  void Start() {
+    this->StartRead(&message_);
+    this->StartCall();
   }
   void OnReadDone(bool ok) override {
     if (!ok) {
       return;
     }
-    if (event_.has_reservation()) {
-      call_->OnReservation(event_.reservation());
-    } else if (event_.has_tokens()) {
-      call_->OnTokens(event_.tokens());
-    }
-    StartRead(&event_);
+    call_->OnMessage(message_);
+    this->StartRead(&message_);
   }
   void OnDone(const grpc::Status& s) override {
     call_->OnStreamDone(s);
@@ -77,35 +74,7 @@ class ChoiceCall::ReserveReactor : public grpc::ClientReadReactor<tandem::v1::De
 
  private:
   std::shared_ptr<ChoiceCall> call_;
-  tandem::v1::DecodeEvent event_;
-};
-
-// Decode.Generate (colocated): token events only.
-class ChoiceCall::GenerateReactor
-    : public grpc::ClientReadReactor<tandem::v1::GenerateResponse> {
- public:
-  explicit GenerateReactor(std::shared_ptr<ChoiceCall> call) : call_(std::move(call)) {}
-  void Start(tandem::v1::Decode::Stub* stub) {
-    stub->async()->Generate(&call_->stream_ctx_, &call_->submit_, this);
-    StartRead(&message_);
-    StartCall();
-  }
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      return;
-    }
-    call_->OnTokens(message_);
-    StartRead(&message_);
-  }
-  void OnDone(const grpc::Status& s) override {
-    call_->OnStreamDone(s);
-    call_.reset();
-    delete this;
-  }
-
- private:
-  std::shared_ptr<ChoiceCall> call_;
-  tandem::v1::GenerateResponse message_;
+  Message message_;
 };
 
 // --- ChoiceCall ---------------------------------------------------------------
@@ -164,13 +133,15 @@ void ChoiceCall::Start() {
   }
   decode_stub_ = tandem::v1::Decode::NewStub(decode_channel_);
   if (colocated_) {
-    auto* reactor = new GenerateReactor(shared_from_this());
-    reactor->Start(decode_stub_.get());
+    auto* reactor = new StreamReactor<tandem::v1::GenerateResponse>(shared_from_this());
+    decode_stub_->async()->Generate(&stream_ctx_, &submit_, reactor);
+    reactor->Start();
   } else {
     prefill_stub_ = tandem::v1::Prefill::NewStub(prefill_channel_);
     *reserve_req_.mutable_request() = submit_;
-    auto* reactor = new ReserveReactor(shared_from_this());
-    reactor->Start(decode_stub_.get());
+    auto* reactor = new StreamReactor<tandem::v1::DecodeEvent>(shared_from_this());
+    decode_stub_->async()->Reserve(&stream_ctx_, &reserve_req_, reactor);
+    reactor->Start();
   }
 }
 
@@ -196,6 +167,14 @@ void ChoiceCall::OnWorkerDeparted(const std::string& address, const absl::Status
     }
   }
   Cancel(why);
+}
+
+void ChoiceCall::OnMessage(const tandem::v1::DecodeEvent& event) {
+  if (event.has_reservation()) {
+    OnReservation(event.reservation());
+  } else if (event.has_tokens()) {
+    OnTokens(event.tokens());
+  }
 }
 
 void ChoiceCall::OnReservation(const tandem::v1::KvReservation& reservation) {

@@ -64,10 +64,13 @@ class ChoiceCall : public std::enable_shared_from_this<ChoiceCall> {
   const std::string& prefill_address() const { return prefill_address_; }
 
  private:
-  class ReserveReactor;
-  class GenerateReactor;
+  template <typename Message>
+  class StreamReactor;
 
-  // Stream reactions (serialized).
+  // Stream reactions (serialized). Decode.Reserve sends the reservation, then
+  // token events; Decode.Generate (colocated) token events only.
+  void OnMessage(const tandem::v1::DecodeEvent& event);
+  void OnMessage(const tandem::v1::GenerateResponse& message) { OnTokens(message); }
   void OnReservation(const tandem::v1::KvReservation& reservation);
   void OnTokens(const tandem::v1::GenerateResponse& message);
   void OnStreamDone(const grpc::Status& status);

@@ -41,6 +41,7 @@ using ::tandem::kvtransfer::testing::DoneRecorder;
 using ::tandem::kvtransfer::testing::FillPattern;
 using ::tandem::kvtransfer::testing::Fingerprint;
 using ::tandem::kvtransfer::testing::WaitForReceived;
+using ::tandem::kvtransfer::testing::WriteAndWaitOk;
 using ::tandem::testing::ChildOptions;
 using ::tandem::testing::ChildProcess;
 using ::tandem::testing::StatusIs;
@@ -149,26 +150,23 @@ class UcxTransportTest : public ::testing::TestWithParam<Param> {
 
   // Asks the peer to wait for `bytes` of `tag`; returns what it saw.
   uint64_t PeerReceived(TransferTag tag, uint64_t bytes) {
-    absl::StatusOr<std::string> r =
-        peer_->Ask(absl::StrCat("WAIT ", tag, " ", bytes, " 60000"), absl::Seconds(90));
-    EXPECT_OK(r.status());
-    uint64_t got = 0;
-    if (r.ok()) {
-      std::vector<std::string> f = absl::StrSplit(*r, ' ');
-      EXPECT_TRUE(f.size() == 2 && absl::SimpleAtoi(f[1], &got)) << *r;
-    }
-    return got;
+    return AskPeerNumber(absl::StrCat("WAIT ", tag, " ", bytes, " 60000"), absl::Seconds(90));
   }
 
   uint64_t PeerFingerprint(uint64_t offset, uint64_t length) {
-    absl::StatusOr<std::string> r = peer_->Ask(absl::StrCat("HASH ", offset, " ", length));
+    return AskPeerNumber(absl::StrCat("HASH ", offset, " ", length));
+  }
+
+  // Sends `command` to the peer and returns the number in its "<word> <n>" reply.
+  uint64_t AskPeerNumber(const std::string& command, absl::Duration timeout = absl::Seconds(60)) {
+    absl::StatusOr<std::string> r = peer_->Ask(command, timeout);
     EXPECT_OK(r.status());
-    uint64_t h = 0;
+    uint64_t n = 0;
     if (r.ok()) {
       std::vector<std::string> f = absl::StrSplit(*r, ' ');
-      EXPECT_TRUE(f.size() == 2 && absl::SimpleAtoi(f[1], &h)) << *r;
+      EXPECT_TRUE(f.size() == 2 && absl::SimpleAtoi(f[1], &n)) << *r;
     }
-    return h;
+    return n;
   }
 
   // The region outlives both transports (members are destroyed in reverse
@@ -183,10 +181,7 @@ TEST_P(UcxTransportTest, CapabilitiesFollowTheModeAndTheLanes) {
   EXPECT_EQ(sender_->capabilities().name, "ucx");
   const RegionDescriptor peer = MakeRegion(4096);
   std::vector<uint8_t> src(16, 1);
-  DoneRecorder done;
-  ASSERT_OK(sender_->Write(peer, 1, {{src.data(), 0, 16}}, done.Callback()));
-  ASSERT_TRUE(done.Wait());
-  ASSERT_OK(done.status());
+  ASSERT_TRUE(WriteAndWaitOk(*sender_, peer, 1, {{src.data(), 0, 16}}));
   const Capabilities caps = sender_->capabilities();
   EXPECT_EQ(caps.native_put, GetParam().mode == "put");
   if (GetParam().tls == "tcp") {
@@ -268,10 +263,7 @@ TEST_P(UcxTransportTest, OutOfBoundsOpIsRejectedBeforeSending) {
 
 TEST_P(UcxTransportTest, EmptyWriteCompletesOk) {
   const RegionDescriptor peer = MakeRegion(4096);
-  DoneRecorder done;
-  ASSERT_OK(sender_->Write(peer, 1, {}, done.Callback()));
-  ASSERT_TRUE(done.Wait());
-  EXPECT_OK(done.status());
+  ASSERT_TRUE(WriteAndWaitOk(*sender_, peer, 1, {}));
 }
 
 TEST_P(UcxTransportTest, ReceivedBytesCountsPerTagAndForgets) {
@@ -340,10 +332,7 @@ TEST_P(UcxTransportTest, CancelledTagFailsLaterWritesUntilForgotten) {
   EXPECT_THAT(cancelled.status(), StatusIs(absl::StatusCode::kCancelled, HasSubstr("tag=3")));
   EXPECT_EQ(region_[0], 0);
   sender_->Forget(3);
-  DoneRecorder ok;
-  ASSERT_OK(sender_->Write(peer, 3, {{src.data(), 0, 16}}, ok.Callback()));
-  ASSERT_TRUE(ok.Wait());
-  EXPECT_OK(ok.status());
+  ASSERT_TRUE(WriteAndWaitOk(*sender_, peer, 3, {{src.data(), 0, 16}}));
 }
 
 TEST_P(UcxTransportTest, CancelInFlight) {
@@ -364,10 +353,7 @@ TEST_P(UcxTransportTest, CancelInFlight) {
   EXPECT_LT(receiver_->ReceivedBytes(9), kRegion);  // the tail was never sent
 
   // The transport is still fine.
-  DoneRecorder next;
-  ASSERT_OK(sender_->Write(peer, 10, {{src.data(), 0, 4096}}, next.Callback()));
-  ASSERT_TRUE(next.Wait());
-  EXPECT_OK(next.status());
+  ASSERT_TRUE(WriteAndWaitOk(*sender_, peer, 10, {{src.data(), 0, 4096}}));
 }
 
 TEST_P(UcxTransportTest, ShutdownWithPendingWrites) {
@@ -415,10 +401,7 @@ TEST_P(UcxTransportTest, RegisteredSourceWorks) {
   std::vector<uint8_t> src(4 * kMiB);
   FillPattern(src.data(), src.size(), 8);
   ASSERT_OK(sender_->RegisterSource(src.data(), src.size()));
-  DoneRecorder done;
-  ASSERT_OK(sender_->Write(peer, 1, {{src.data(), 0, src.size()}}, done.Callback()));
-  ASSERT_TRUE(done.Wait());
-  ASSERT_OK(done.status());
+  ASSERT_TRUE(WriteAndWaitOk(*sender_, peer, 1, {{src.data(), 0, src.size()}}));
   ASSERT_TRUE(WaitForReceived(*receiver_, 1, src.size()));
   EXPECT_TRUE(region_ == src);
 }
@@ -435,10 +418,7 @@ TEST_P(UcxTransportTest, AllocatedRegionTakesWrites) {
   std::vector<uint8_t> src(kRegion);
   FillPattern(src.data(), src.size(), seed);
   const std::vector<WriteOp> ops = RandomOps(rng, src.data(), kRegion, 200, 128 << 10);
-  DoneRecorder done;
-  ASSERT_OK(sender_->Write(region.descriptor, 4, ops, done.Callback()));
-  ASSERT_TRUE(done.Wait());
-  ASSERT_OK(done.status());
+  ASSERT_TRUE(WriteAndWaitOk(*sender_, region.descriptor, 4, ops));
   ASSERT_TRUE(WaitForReceived(*receiver_, 4, Total(ops)));
   const std::vector<uint8_t> want = Expected(kRegion, ops);
   EXPECT_EQ(std::memcmp(region.base, want.data(), kRegion), 0) << "seed " << seed;
@@ -458,10 +438,7 @@ TEST_P(UcxTransportTest, CrossProcessWritesLandExactly) {
   std::vector<WriteOp> ops = RandomOps(rng, src.data(), kRegion, 300, 256 << 10);
   ops.push_back({src.data() + kRegion - 5 * kMiB, kRegion - 5 * kMiB, 5 * kMiB});  // one large
   const std::vector<uint8_t> want = Expected(kRegion, ops);
-  DoneRecorder done;
-  ASSERT_OK(sender_->Write(peer, 21, ops, done.Callback()));
-  ASSERT_TRUE(done.Wait());
-  ASSERT_OK(done.status());
+  ASSERT_TRUE(WriteAndWaitOk(*sender_, peer, 21, ops));
   EXPECT_EQ(PeerReceived(21, Total(ops)), Total(ops));
   EXPECT_EQ(PeerFingerprint(0, kRegion), Fingerprint(want.data(), want.size())) << "seed " << seed;
 }
@@ -578,10 +555,7 @@ TEST(UcxTransportConfigTest, AutoModePicksActiveMessagesWithoutAnRmaLane) {
     ASSERT_OK_AND_ASSIGN(auto b, UcxTransport::Create(ConfigFor({tls, "auto"})));
     std::vector<uint8_t> region(4096), src(4096, 7);
     ASSERT_OK_AND_ASSIGN(RegionDescriptor peer, b->RegisterRegion(region.data(), region.size()));
-    DoneRecorder done;
-    ASSERT_OK(a->Write(peer, 1, {{src.data(), 0, 4096}}, done.Callback()));
-    ASSERT_TRUE(done.Wait());
-    ASSERT_OK(done.status());
+    ASSERT_TRUE(WriteAndWaitOk(*a, peer, 1, {{src.data(), 0, 4096}}));
     EXPECT_FALSE(a->capabilities().native_put) << tls;
     ASSERT_TRUE(WaitForReceived(*b, 1, 4096));
     EXPECT_EQ(region, src);
@@ -597,10 +571,7 @@ TEST(UcxTransportConfigTest, AutoModePutsIntoSharedMemoryRegions) {
     ASSERT_OK_AND_ASSIGN(AllocatedRegion region, b->AllocateRegion(kMiB));
     std::vector<uint8_t> src(kMiB);
     FillPattern(src.data(), src.size(), 2);
-    DoneRecorder done;
-    ASSERT_OK(a->Write(region.descriptor, 1, {{src.data(), 0, kMiB}}, done.Callback()));
-    ASSERT_TRUE(done.Wait());
-    ASSERT_OK(done.status());
+    ASSERT_TRUE(WriteAndWaitOk(*a, region.descriptor, 1, {{src.data(), 0, kMiB}}));
     EXPECT_EQ(a->capabilities().native_put, tls == "sm") << tls;
     ASSERT_TRUE(WaitForReceived(*b, 1, kMiB));
     EXPECT_EQ(std::memcmp(region.base, src.data(), kMiB), 0) << tls;

@@ -58,6 +58,12 @@ class RequestTest : public ::testing::Test {
     }
   }
 
+  // A completions request that must be refused as a client error (400) on `param`.
+  void ExpectBadCompletion(const std::string& body, const std::string& param,
+                           const std::string& message_part) {
+    ExpectClientError(Http(OpenAiEndpoint::kCompletions, body), 400, param, message_part);
+  }
+
   ModelCatalog catalog_;
   LimitsConfig limits_;
 };
@@ -144,8 +150,7 @@ TEST_F(RequestTest, UnknownModel) {
   ExpectClientError(s, 400, "model", "gpt-17");
   EXPECT_THAT(std::string(s.message()), HasSubstr("stories260K"));  // lists what is served
   EXPECT_EQ(ErrorCode(s), "model_not_found");
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"model":7,"prompt":"Hi"})"), 400,
-                    "model", "must be a string");
+  ExpectBadCompletion(R"({"model":7,"prompt":"Hi"})", "model", "must be a string");
 }
 
 TEST_F(RequestTest, PromptPlusMaxTokensOverContext) {
@@ -163,8 +168,7 @@ TEST_F(RequestTest, PromptPlusMaxTokensOverContext) {
   ExpectClientError(p, 400, "prompt", "the prompt has");
   // And the configured prompt limit.
   limits_.max_prompt_tokens = 3;
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Once upon a time"})"), 400,
-                    "prompt", "at most 3");
+  ExpectBadCompletion(R"({"prompt":"Once upon a time"})", "prompt", "at most 3");
   // Exactly at the context is fine.
   limits_.max_prompt_tokens = 0;
   GenerationRequest fit;
@@ -174,30 +178,23 @@ TEST_F(RequestTest, PromptPlusMaxTokensOverContext) {
 }
 
 TEST_F(RequestTest, MaxTokensNotPositive) {
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","max_tokens":0})"), 400,
-                    "max_tokens", "at least 1, got 0");
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","max_tokens":-5})"), 400,
-                    "max_tokens", "got -5");
+  ExpectBadCompletion(R"({"prompt":"Hi","max_tokens":0})", "max_tokens", "at least 1, got 0");
+  ExpectBadCompletion(R"({"prompt":"Hi","max_tokens":-5})", "max_tokens", "got -5");
   ExpectClientError(
       Http(OpenAiEndpoint::kChat,
            R"({"messages":[{"role":"user","content":"Hi"}],"max_completion_tokens":0})"),
       400, "max_tokens", "at least 1");
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","max_tokens":"ten"})"),
-                    400, "max_tokens", "must be an integer");
-  ExpectClientError(
-      Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","max_tokens":99999999999999})"), 400,
-      "max_tokens", "maximum context length");
+  ExpectBadCompletion(R"({"prompt":"Hi","max_tokens":"ten"})", "max_tokens", "must be an integer");
+  ExpectBadCompletion(R"({"prompt":"Hi","max_tokens":99999999999999})", "max_tokens",
+                      "maximum context length");
 }
 
 TEST_F(RequestTest, NAndLogprobsCaps) {
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","n":9})"), 400, "n",
-                    "n must be in [1, 8], got 9");
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","n":0})"), 400, "n",
-                    "got 0");
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","logprobs":21})"), 400,
-                    "logprobs", "logprobs must be in [0, 20], got 21");
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","logprobs":-1})"), 400,
-                    "logprobs", ">= 0");
+  ExpectBadCompletion(R"({"prompt":"Hi","n":9})", "n", "n must be in [1, 8], got 9");
+  ExpectBadCompletion(R"({"prompt":"Hi","n":0})", "n", "got 0");
+  ExpectBadCompletion(R"({"prompt":"Hi","logprobs":21})", "logprobs",
+                      "logprobs must be in [0, 20], got 21");
+  ExpectBadCompletion(R"({"prompt":"Hi","logprobs":-1})", "logprobs", ">= 0");
   ExpectClientError(
       Http(OpenAiEndpoint::kChat,
            R"({"messages":[{"role":"user","content":"Hi"}],"logprobs":true,"top_logprobs":30})"),
@@ -208,10 +205,8 @@ TEST_F(RequestTest, NAndLogprobsCaps) {
       400, "top_logprobs", "requires 'logprobs'");
   limits_.max_n = 2;
   limits_.max_logprobs = 5;
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","n":3})"), 400, "n",
-                    "[1, 2]");
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","logprobs":6})"), 400,
-                    "logprobs", "[0, 5]");
+  ExpectBadCompletion(R"({"prompt":"Hi","n":3})", "n", "[1, 2]");
+  ExpectBadCompletion(R"({"prompt":"Hi","logprobs":6})", "logprobs", "[0, 5]");
   EXPECT_TRUE(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","n":2,"logprobs":5})").ok());
 }
 
@@ -221,30 +216,22 @@ TEST_F(RequestTest, OutOfRangeTokenIds) {
                         absl::StrCat(R"({"prompt":[1, 50, )", vocab, "]}"));
   ExpectClientError(s, 400, "prompt", absl::StrCat("token id ", vocab, " at index 2"));
   EXPECT_EQ(ErrorCode(s), "invalid_token_id");
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":[[1, -3]]})"), 400, "prompt",
-                    "token id -3 at index 1");
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":[1, 99999999999]})"), 400,
-                    "prompt", "outside the vocabulary");
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":[1, 2.5]})"), 400, "prompt",
-                    "integer token id");
+  ExpectBadCompletion(R"({"prompt":[[1, -3]]})", "prompt", "token id -3 at index 1");
+  ExpectBadCompletion(R"({"prompt":[1, 99999999999]})", "prompt", "outside the vocabulary");
+  ExpectBadCompletion(R"({"prompt":[1, 2.5]})", "prompt", "integer token id");
   // In range, as ids and as a one-element batch.
   EXPECT_TRUE(Http(OpenAiEndpoint::kCompletions, R"({"prompt":[1, 50, 60]})").ok());
   EXPECT_TRUE(Http(OpenAiEndpoint::kCompletions, R"({"prompt":[[1, 50, 60]]})").ok());
   // Stop token ids are checked the same way.
-  ExpectClientError(
-      Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","stop_token_ids":[100000]})"), 400,
-      "stop_token_ids", "outside the vocabulary");
+  ExpectBadCompletion(R"({"prompt":"Hi","stop_token_ids":[100000]})", "stop_token_ids",
+                      "outside the vocabulary");
 }
 
 TEST_F(RequestTest, PromptShapes) {
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"max_tokens":3})"), 400, "prompt",
-                    "'prompt' is required");
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":[]})"), 400, "prompt",
-                    "must not be empty");
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":["a","b"]})"), 400, "prompt",
-                    "batched prompts");
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":{"x":1}})"), 400, "prompt",
-                    "must be a string");
+  ExpectBadCompletion(R"({"max_tokens":3})", "prompt", "'prompt' is required");
+  ExpectBadCompletion(R"({"prompt":[]})", "prompt", "must not be empty");
+  ExpectBadCompletion(R"({"prompt":["a","b"]})", "prompt", "batched prompts");
+  ExpectBadCompletion(R"({"prompt":{"x":1}})", "prompt", "must be a string");
   // An empty string still has BOS; without BOS it is empty.
   GenerationRequest g;
   g.prompt_text = "";
@@ -276,16 +263,12 @@ TEST_F(RequestTest, ChatShapes) {
 }
 
 TEST_F(RequestTest, StopStrings) {
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","stop":""})"), 400,
-                    "stop", "stop[0] is empty");
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","stop":[1]})"), 400,
-                    "stop", "must be a string or an array");
+  ExpectBadCompletion(R"({"prompt":"Hi","stop":""})", "stop", "stop[0] is empty");
+  ExpectBadCompletion(R"({"prompt":"Hi","stop":[1]})", "stop", "must be a string or an array");
   limits_.max_stop_strings = 2;
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","stop":["a","b","c"]})"),
-                    400, "stop", "at most 2 stop strings");
+  ExpectBadCompletion(R"({"prompt":"Hi","stop":["a","b","c"]})", "stop", "at most 2 stop strings");
   limits_.max_stop_string_bytes = 4;
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","stop":"hello"})"), 400,
-                    "stop", "5 bytes");
+  ExpectBadCompletion(R"({"prompt":"Hi","stop":"hello"})", "stop", "5 bytes");
   absl::StatusOr<OpenAiRequest> ok =
       ParseOpenAiRequest(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","stop":["a","bb"]})");
   ASSERT_TRUE(ok.ok());
@@ -293,15 +276,11 @@ TEST_F(RequestTest, StopStrings) {
 }
 
 TEST_F(RequestTest, SamplingRanges) {
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","temperature":-1})"),
-                    400, "temperature", "temperature");
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","top_p":1.5})"), 400,
-                    "top_p", "top_p must be in (0, 1]");
-  ExpectClientError(Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","temperature":"hot"})"),
-                    400, "temperature", "must be a number");
-  ExpectClientError(
-      Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","presence_penalty":0.5})"), 400,
-      "presence_penalty", "not supported");
+  ExpectBadCompletion(R"({"prompt":"Hi","temperature":-1})", "temperature", "temperature");
+  ExpectBadCompletion(R"({"prompt":"Hi","top_p":1.5})", "top_p", "top_p must be in (0, 1]");
+  ExpectBadCompletion(R"({"prompt":"Hi","temperature":"hot"})", "temperature", "must be a number");
+  ExpectBadCompletion(R"({"prompt":"Hi","presence_penalty":0.5})", "presence_penalty",
+                      "not supported");
   EXPECT_TRUE(
       Http(OpenAiEndpoint::kCompletions, R"({"prompt":"Hi","presence_penalty":0,"seed":7})").ok());
 }

@@ -88,6 +88,14 @@ class RouterServiceTest : public ::testing::Test {
     return w;
   }
 
+  // A colocated worker that streams `tokens` tokens, one every `delay`.
+  std::unique_ptr<FakeWorker> SlowWorker(int tokens, absl::Duration delay) {
+    std::unique_ptr<FakeWorker> w = Worker(v1::WORKER_ROLE_COLOCATED);
+    w->SetScript(std::vector<int32_t>(tokens, 100));
+    w->SetTokenDelay(delay);
+    return w;
+  }
+
   std::unique_ptr<RouterHarness> Router(std::vector<std::string> workers,
                                         void (*tweak)(RouterConfig&) = nullptr) {
     RouterConfig c;
@@ -201,9 +209,7 @@ TEST_F(RouterServiceTest, MaxTokensEnforcedByRouter) {
 }
 
 TEST_F(RouterServiceTest, GrpcClientCancelCancelsDecode) {
-  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
-  w->SetScript(std::vector<int32_t>(200, 100));
-  w->SetTokenDelay(absl::Milliseconds(20));
+  auto w = SlowWorker(200, absl::Milliseconds(20));
   auto h = Router({w->address()});
   ASSERT_TRUE(h->WaitForLive(1));
   GrpcResult r = Generate(h->stub(), TextRequest("Once", 200), absl::Seconds(30), 3);
@@ -213,9 +219,7 @@ TEST_F(RouterServiceTest, GrpcClientCancelCancelsDecode) {
 }
 
 TEST_F(RouterServiceTest, HttpClientDisconnectCancelsDecode) {
-  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
-  w->SetScript(std::vector<int32_t>(300, 100));
-  w->SetTokenDelay(absl::Milliseconds(10));
+  auto w = SlowWorker(300, absl::Milliseconds(10));
   auto h = Router({w->address()});
   ASSERT_TRUE(h->WaitForLive(1));
   httplib::Client cli("127.0.0.1", h->http_port());
@@ -324,9 +328,7 @@ TEST_F(RouterServiceTest, PrefillFailureFailsTheRequestAndFreesTheReservation) {
 }
 
 TEST_F(RouterServiceTest, AdmissionControl) {
-  auto w = Worker(v1::WORKER_ROLE_COLOCATED);
-  w->SetScript(std::vector<int32_t>(100, 100));
-  w->SetTokenDelay(absl::Milliseconds(20));
+  auto w = SlowWorker(100, absl::Milliseconds(20));
   auto h = Router({w->address()}, [](RouterConfig& c) { c.limits.max_inflight = 1; });
   ASSERT_TRUE(h->WaitForLive(1));
   std::thread first([&] { Generate(h->stub(), TextRequest("Once", 100)); });

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
@@ -71,6 +73,25 @@ inline ::testing::AssertionResult WaitForReceived(const KvTransport& transport, 
                                            << bytes << " after " << absl::FormatDuration(timeout);
     }
     absl::SleepFor(absl::Milliseconds(1));
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Writes `ops` under `tag` and waits for the completion: fails if Write refuses
+// them, done does not run within `timeout`, or done gets an error.
+inline ::testing::AssertionResult WriteAndWaitOk(KvTransport& transport,
+                                                 const RegionDescriptor& peer, TransferTag tag,
+                                                 std::vector<WriteOp> ops,
+                                                 absl::Duration timeout = absl::Seconds(60)) {
+  DoneRecorder done;
+  if (absl::Status s = transport.Write(peer, tag, std::move(ops), done.Callback()); !s.ok()) {
+    return ::testing::AssertionFailure() << "Write(" << tag << ") refused: " << s;
+  }
+  if (::testing::AssertionResult waited = done.Wait(timeout); !waited) {
+    return waited;
+  }
+  if (absl::Status s = done.status(); !s.ok()) {
+    return ::testing::AssertionFailure() << "write " << tag << " failed: " << s;
   }
   return ::testing::AssertionSuccess();
 }

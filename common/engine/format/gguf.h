@@ -26,6 +26,9 @@ enum class GgufValueType : uint32_t {
 
 // "uint8", "float32", "string", "array", ...
 const char* GgufValueTypeName(GgufValueType type);
+// The eight integer types (uint8 ... int64; bool is not one of them), and float32 / float64.
+bool IsGgufIntegerType(GgufValueType type);
+bool IsGgufFloatType(GgufValueType type);
 
 // One metadata value. Arrays hold elements of a single type; nested arrays are
 // allowed by the spec and kept.

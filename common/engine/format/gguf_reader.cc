@@ -540,7 +540,7 @@ absl::StatusOr<std::vector<std::string>> GgufFile::GetStringArray(absl::string_v
 
 absl::StatusOr<std::vector<double>> GgufFile::GetFloatArray(absl::string_view key) const {
   ASSIGN_OR_RETURN(const GgufValue* v, FindArray(*this, key));
-  if (!internal::IsFloatType(v->array_type) && !internal::IsIntegerType(v->array_type)) {
+  if (!IsGgufFloatType(v->array_type) && !IsGgufIntegerType(v->array_type)) {
     return absl::InvalidArgumentError(absl::StrCat(KeyWhat(key), " is ", internal::DescribeType(*v),
                                                    ", not an array of numbers"));
   }
@@ -555,7 +555,7 @@ absl::StatusOr<std::vector<double>> GgufFile::GetFloatArray(absl::string_view ke
 
 absl::StatusOr<std::vector<int64_t>> GgufFile::GetIntArray(absl::string_view key) const {
   ASSIGN_OR_RETURN(const GgufValue* v, FindArray(*this, key));
-  if (!internal::IsIntegerType(v->array_type)) {
+  if (!IsGgufIntegerType(v->array_type)) {
     return absl::InvalidArgumentError(absl::StrCat(KeyWhat(key), " is ", internal::DescribeType(*v),
                                                    ", not an array of integers"));
   }
@@ -602,6 +602,26 @@ const char* GgufValueTypeName(GgufValueType type) {
       return "float64";
   }
   return "unknown";
+}
+
+bool IsGgufIntegerType(GgufValueType type) {
+  switch (type) {
+    case GgufValueType::kUint8:
+    case GgufValueType::kInt8:
+    case GgufValueType::kUint16:
+    case GgufValueType::kInt16:
+    case GgufValueType::kUint32:
+    case GgufValueType::kInt32:
+    case GgufValueType::kUint64:
+    case GgufValueType::kInt64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool IsGgufFloatType(GgufValueType type) {
+  return type == GgufValueType::kFloat32 || type == GgufValueType::kFloat64;
 }
 
 }  // namespace tandem::engine

@@ -55,26 +55,6 @@ absl::Status WrongType(absl::string_view key, absl::string_view expected, const 
       absl::StrCat(key, ": expected ", expected, ", found ", DescribeType(v)));
 }
 
-bool IsInteger(GgufValueType t) {
-  switch (t) {
-    case GgufValueType::kUint8:
-    case GgufValueType::kInt8:
-    case GgufValueType::kUint16:
-    case GgufValueType::kInt16:
-    case GgufValueType::kUint32:
-    case GgufValueType::kInt32:
-    case GgufValueType::kUint64:
-    case GgufValueType::kInt64:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool IsFloat(GgufValueType t) {
-  return t == GgufValueType::kFloat32 || t == GgufValueType::kFloat64;
-}
-
 // Integer value of `v` (an integer type; uint64 lives in `u`), saturated to int64.
 int64_t IntValue(const GgufValue& v) {
   if (v.type == GgufValueType::kUint64) {
@@ -108,7 +88,7 @@ absl::StatusOr<std::optional<int64_t>> OptionalInt(const std::map<std::string, G
   if (v == nullptr) {
     return std::optional<int64_t>();
   }
-  if (!IsInteger(v->type)) {
+  if (!IsGgufIntegerType(v->type)) {
     return WrongType(key, "an integer", *v);
   }
   return std::optional<int64_t>(IntValue(*v));
@@ -141,7 +121,7 @@ absl::StatusOr<const GgufValue*> OptionalArray(const std::map<std::string, GgufV
 }
 
 bool IsStringType(GgufValueType t) { return t == GgufValueType::kString; }
-bool IsNumberType(GgufValueType t) { return IsInteger(t) || IsFloat(t); }
+bool IsNumberType(GgufValueType t) { return IsGgufIntegerType(t) || IsGgufFloatType(t); }
 
 absl::StatusOr<std::vector<std::string>> StringArray(const std::map<std::string, GgufValue>& md,
                                                      absl::string_view key, bool required) {
@@ -684,12 +664,12 @@ absl::StatusOr<VocabSpec> VocabSpecFromMetadata(const std::map<std::string, Gguf
   if (scores != nullptr) {
     spec.scores.reserve(scores->array.size());
     for (const GgufValue& e : scores->array) {
-      spec.scores.push_back(IsFloat(e.type) ? static_cast<float>(e.f)
-                                            : static_cast<float>(IntValue(e)));
+      spec.scores.push_back(IsGgufFloatType(e.type) ? static_cast<float>(e.f)
+                                                    : static_cast<float>(IntValue(e)));
     }
   }
   ASSIGN_OR_RETURN(const GgufValue* types,
-                   OptionalArray(md, kKeyTokenType, IsInteger, "array of int32"));
+                   OptionalArray(md, kKeyTokenType, IsGgufIntegerType, "array of int32"));
   if (types != nullptr) {
     spec.token_types.reserve(types->array.size());
     for (const GgufValue& e : types->array) {

@@ -66,6 +66,17 @@ class KvCacheTest : public ::testing::Test {
     return cached.value_or(-1);
   }
 
+  // Computes prompts[i] as sequence i + 1, then frees them in that order: all
+  // cached, in LRU order (prompts[0] the oldest).
+  void CacheInLruOrder(const std::vector<std::vector<int32_t>>& prompts) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      AddAndPrefill(static_cast<SequenceId>(i + 1), prompts[i]);
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_OK(kv_->Free(static_cast<SequenceId>(i + 1)));
+    }
+  }
+
   // Every test frees its sequences: the pool must be back to zero used blocks.
   void TearDown() override {
     if (kv_ == nullptr) {
@@ -459,12 +470,7 @@ TEST_F(KvCacheTest, LruEvictsOnlyUnderPressureOldestFirst) {
   // Three one-block sequences (4 tokens: one full, named block each), freed in
   // order 1, 2, 3: their blocks enter the LRU list in that order.
   const std::vector<int32_t> p1 = Iota(4, 100), p2 = Iota(4, 200), p3 = Iota(4, 300);
-  AddAndPrefill(1, p1);
-  AddAndPrefill(2, p2);
-  AddAndPrefill(3, p3);
-  for (SequenceId seq : {1, 2, 3}) {
-    ASSERT_OK(kv.Free(seq));
-  }
+  ASSERT_NO_FATAL_FAILURE(CacheInLruOrder({p1, p2, p3}));
   EXPECT_EQ(kv.num_cached_blocks(), 3);
   EXPECT_EQ(kv.num_free_blocks(), 4);  // cached blocks count as free
   EXPECT_EQ(kv.num_used_blocks(), 0);
@@ -504,10 +510,7 @@ TEST_F(KvCacheTest, LruEvictsOnlyUnderPressureOldestFirst) {
 TEST_F(KvCacheTest, HitRemovesBlockFromLru) {
   KvCacheManager& kv = Init(/*num_blocks=*/3, /*block_size=*/4);
   const std::vector<int32_t> p1 = Iota(4, 100), p2 = Iota(4, 200);
-  AddAndPrefill(1, p1);
-  AddAndPrefill(2, p2);
-  ASSERT_OK(kv.Free(1));  // LRU: p1, p2
-  ASSERT_OK(kv.Free(2));
+  ASSERT_NO_FATAL_FAILURE(CacheInLruOrder({p1, p2}));  // LRU: p1, p2
   ASSERT_EQ(kv.num_cached_blocks(), 2);
 
   // A hit on p1 takes its block out of the LRU list: used, not evictable.
@@ -532,10 +535,7 @@ TEST_F(KvCacheTest, HitRemovesBlockFromLru) {
 TEST_F(KvCacheTest, HitRefreshesLruPosition) {
   KvCacheManager& kv = Init(/*num_blocks=*/3, /*block_size=*/4);
   const std::vector<int32_t> p1 = Iota(4, 100), p2 = Iota(4, 200);
-  AddAndPrefill(1, p1);
-  AddAndPrefill(2, p2);
-  ASSERT_OK(kv.Free(1));  // LRU: p1, p2
-  ASSERT_OK(kv.Free(2));
+  ASSERT_NO_FATAL_FAILURE(CacheInLruOrder({p1, p2}));      // LRU: p1, p2
   ASSERT_OK(kv.AddSequence(3, Concat(p1, {7})).status());  // hit p1
   ASSERT_OK(kv.Free(3));                                    // LRU: p2, p1
   ASSERT_OK(kv.AddSequence(4, {}).status());

@@ -20,28 +20,8 @@ std::string DescribeType(const GgufValue& v) {
   return ValueTypeName(v.type);
 }
 
-bool IsIntegerType(GgufValueType t) {
-  switch (t) {
-    case GgufValueType::kUint8:
-    case GgufValueType::kInt8:
-    case GgufValueType::kUint16:
-    case GgufValueType::kInt16:
-    case GgufValueType::kUint32:
-    case GgufValueType::kInt32:
-    case GgufValueType::kUint64:
-    case GgufValueType::kInt64:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool IsFloatType(GgufValueType t) {
-  return t == GgufValueType::kFloat32 || t == GgufValueType::kFloat64;
-}
-
 absl::StatusOr<int64_t> IntValue(const GgufValue& v, absl::string_view what) {
-  if (!IsIntegerType(v.type)) {
+  if (!IsGgufIntegerType(v.type)) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " is ", DescribeType(v), ", not an integer"));
   }
@@ -56,13 +36,13 @@ absl::StatusOr<int64_t> IntValue(const GgufValue& v, absl::string_view what) {
 }
 
 absl::StatusOr<double> FloatValue(const GgufValue& v, absl::string_view what) {
-  if (IsFloatType(v.type)) {
+  if (IsGgufFloatType(v.type)) {
     return v.f;
   }
   if (v.type == GgufValueType::kUint64) {
     return static_cast<double>(v.u);
   }
-  if (IsIntegerType(v.type)) {
+  if (IsGgufIntegerType(v.type)) {
     return static_cast<double>(v.i);
   }
   return absl::InvalidArgumentError(absl::StrCat(what, " is ", DescribeType(v), ", not a number"));

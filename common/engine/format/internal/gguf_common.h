@@ -1,6 +1,6 @@
 #pragma once
 // Pieces the GGUF reader, writer and quantizer share: format limits, value
-// type predicates and conversions, dims checks and error-message helpers.
+// conversions, dims checks and error-message helpers.
 
 #include <cstdint>
 #include <string>
@@ -24,8 +24,6 @@ bool IsValidValueType(uint32_t t);
 std::string ValueTypeName(GgufValueType t);
 // "uint32", or "array<string>" for arrays.
 std::string DescribeType(const GgufValue& v);
-bool IsIntegerType(GgufValueType t);
-bool IsFloatType(GgufValueType t);
 
 // Integer value of an integer-typed scalar, if it fits int64.
 absl::StatusOr<int64_t> IntValue(const GgufValue& v, absl::string_view what);

@@ -19,12 +19,8 @@
 #include "tests/common/engine/format/gguf_test_util.h"
 #include "tests/testing/status_matchers.h"
 
-namespace tandem::engine {
+namespace tandem::engine::testing {
 namespace {
-
-using ::tandem::engine::testing::RandomRow;
-using ::tandem::testing::StatusIs;
-using ::testing::HasSubstr;
 
 uint32_t F32Bits(float f) {
   uint32_t u;
@@ -334,19 +330,32 @@ TEST(QuantizeTest, Q4_0HandComputedBlocks) {
   EXPECT_THAT(std::vector<int>(b.qs, b.qs + 16), ::testing::Each(0x88));
 }
 
+// A random row of 64 blocks at `scale` (x), quantized to `type` (q) and back (y).
+template <typename Block>
+struct QuantizedRow {
+  std::vector<float> x;
+  std::vector<Block> q;
+  std::vector<float> y;
+};
+
+template <typename Block>
+QuantizedRow<Block> RandomQuantizedRow(GgmlType type, std::mt19937& rng, float scale) {
+  const int64_t n = 32 * 64;
+  QuantizedRow<Block> row{RandomRow(rng, n, scale), std::vector<Block>(n / 32),
+                          std::vector<float>(n)};
+  QuantizeRow(type, row.x.data(), row.q.data(), n);
+  DequantizeRow(type, row.q.data(), row.y.data(), n);
+  return row;
+}
+
 // Q8_0: q = round(x / d) with d = amax / 127, so |x - q d| <= d / 2; the
 // stored scale is fp16(d), which adds |q| |d - fp16(d)| <= 127 |d - fp16(d)|.
 TEST(QuantizeTest, Q8_0ErrorBound) {
   const uint32_t seed = 1234;
   std::mt19937 rng(seed);
   for (float scale : {1e-4f, 0.02f, 1.0f, 300.0f}) {
-    const int64_t n = 32 * 64;
-    std::vector<float> x = RandomRow(rng, n, scale);
-    std::vector<BlockQ8_0> q(n / 32);
-    std::vector<float> y(n);
-    QuantizeRow(GgmlType::kQ8_0, x.data(), q.data(), n);
-    DequantizeRow(GgmlType::kQ8_0, q.data(), y.data(), n);
-    for (int64_t b = 0; b < n / 32; ++b) {
+    const auto [x, q, y] = RandomQuantizedRow<BlockQ8_0>(GgmlType::kQ8_0, rng, scale);
+    for (size_t b = 0; b < q.size(); ++b) {
       float amax = 0;
       for (int j = 0; j < 32; ++j) {
         amax = std::max(amax, std::fabs(x[b * 32 + j]));
@@ -372,13 +381,8 @@ TEST(QuantizeTest, Q4_0ErrorBound) {
   std::mt19937 rng(seed);
   int clamped = 0;
   for (float scale : {1e-4f, 0.02f, 1.0f, 300.0f}) {
-    const int64_t n = 32 * 64;
-    std::vector<float> x = RandomRow(rng, n, scale);
-    std::vector<BlockQ4_0> q(n / 32);
-    std::vector<float> y(n);
-    QuantizeRow(GgmlType::kQ4_0, x.data(), q.data(), n);
-    DequantizeRow(GgmlType::kQ4_0, q.data(), y.data(), n);
-    for (int64_t b = 0; b < n / 32; ++b) {
+    const auto [x, q, y] = RandomQuantizedRow<BlockQ4_0>(GgmlType::kQ4_0, rng, scale);
+    for (size_t b = 0; b < q.size(); ++b) {
       float amax = 0;
       float max = 0;
       for (int j = 0; j < 32; ++j) {
@@ -447,4 +451,4 @@ TEST(QuantizeTest, NonFiniteInputsAreDefined) {
 }
 
 }  // namespace
-}  // namespace tandem::engine
+}  // namespace tandem::engine::testing

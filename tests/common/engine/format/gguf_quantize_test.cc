@@ -16,20 +16,11 @@
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/test_paths.h"
 
-namespace tandem::engine {
+namespace tandem::engine::testing {
 namespace {
 
-using ::tandem::engine::testing::Array;
-using ::tandem::engine::testing::ExpectSameValue;
-using ::tandem::engine::testing::kStories;
-using ::tandem::engine::testing::RandomRow;
-using ::tandem::engine::testing::ReadBytes;
-using ::tandem::engine::testing::Scalar;
 using ::tandem::testing::RequireSharedFile;
-using ::tandem::testing::StatusIs;
-using ::tandem::testing::TempDir;
 using ::testing::AllOf;
-using ::testing::HasSubstr;
 
 struct InputTensor {
   std::string name;
@@ -86,6 +77,22 @@ const std::vector<InputTensor>& ModelTensors() {
       {"blk.0.ffn_up_exps.weight", GgmlType::kF32, {64, 8, 2}},  // 3-D experts
   };
   return *tensors;
+}
+
+// The type each of ModelTensors() is quantized to: `target`, `output` for
+// output.weight; 1-D tensors, ffn_down (rows of 48) and the gate stay F32.
+std::map<std::string, GgmlType> ModelTensorTypes(GgmlType target, GgmlType output) {
+  return {{"token_embd.weight", target},
+          {"output_norm.weight", GgmlType::kF32},
+          {"output.weight", output},
+          {"rope_freqs.weight", GgmlType::kF32},
+          {"blk.0.attn_norm.weight", GgmlType::kF32},
+          {"blk.0.attn_q.weight", target},
+          {"blk.0.attn_k.weight", target},
+          {"blk.0.attn_q.bias", GgmlType::kF32},
+          {"blk.0.ffn_down.weight", GgmlType::kF32},
+          {"blk.0.ffn_gate_inp.weight", GgmlType::kF32},
+          {"blk.0.ffn_up_exps.weight", target}};
 }
 
 void ExpectQuantized(const std::string& in, const std::string& out, GgmlType target,
@@ -159,19 +166,7 @@ TEST(QuantizeGgufFileTest, Q8_0) {
   GgufQuantizeReport report;
   ASSERT_OK(QuantizeGgufFile(in, out, GgmlType::kQ8_0, &report));
   const GgmlType q = GgmlType::kQ8_0;
-  ExpectQuantized(in, out, q, values,
-                  {{"token_embd.weight", q},
-                   {"output_norm.weight", GgmlType::kF32},
-                   {"output.weight", q},
-                   {"rope_freqs.weight", GgmlType::kF32},
-                   {"blk.0.attn_norm.weight", GgmlType::kF32},
-                   {"blk.0.attn_q.weight", q},
-                   {"blk.0.attn_k.weight", q},
-                   {"blk.0.attn_q.bias", GgmlType::kF32},
-                   {"blk.0.ffn_down.weight", GgmlType::kF32},
-                   {"blk.0.ffn_gate_inp.weight", GgmlType::kF32},
-                   {"blk.0.ffn_up_exps.weight", q}},
-                  report);
+  ExpectQuantized(in, out, q, values, ModelTensorTypes(q, q), report);
 }
 
 TEST(QuantizeGgufFileTest, Q4_0KeepsOutputAtQ8_0) {
@@ -181,19 +176,7 @@ TEST(QuantizeGgufFileTest, Q4_0KeepsOutputAtQ8_0) {
   GgufQuantizeReport report;
   ASSERT_OK(QuantizeGgufFile(in, out, GgmlType::kQ4_0, &report));
   const GgmlType q = GgmlType::kQ4_0;
-  ExpectQuantized(in, out, q, values,
-                  {{"token_embd.weight", q},
-                   {"output_norm.weight", GgmlType::kF32},
-                   {"output.weight", GgmlType::kQ8_0},
-                   {"rope_freqs.weight", GgmlType::kF32},
-                   {"blk.0.attn_norm.weight", GgmlType::kF32},
-                   {"blk.0.attn_q.weight", q},
-                   {"blk.0.attn_k.weight", q},
-                   {"blk.0.attn_q.bias", GgmlType::kF32},
-                   {"blk.0.ffn_down.weight", GgmlType::kF32},
-                   {"blk.0.ffn_gate_inp.weight", GgmlType::kF32},
-                   {"blk.0.ffn_up_exps.weight", q}},
-                  report);
+  ExpectQuantized(in, out, q, values, ModelTensorTypes(q, GgmlType::kQ8_0), report);
 
   // Quantizing the result again: Q4_0 tensors are already the target (copied),
   // output.weight already Q8_0: the file converts to itself.
@@ -241,4 +224,4 @@ TEST(QuantizeGgufFileTest, Errors) {
 }
 
 }  // namespace
-}  // namespace tandem::engine
+}  // namespace tandem::engine::testing

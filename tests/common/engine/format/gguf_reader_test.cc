@@ -23,21 +23,12 @@
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/test_paths.h"
 
-namespace tandem::engine {
+namespace tandem::engine::testing {
 namespace {
 
-using ::tandem::engine::testing::AllValueKinds;
-using ::tandem::engine::testing::kStories;
-using ::tandem::engine::testing::kU64Max;
-using ::tandem::engine::testing::Parse;
-using ::tandem::engine::testing::RandomRow;
-using ::tandem::engine::testing::ReadBytes;
 using ::tandem::testing::RequireSharedFile;
-using ::tandem::testing::StatusIs;
-using ::tandem::testing::TempDir;
 using ::testing::AllOf;
 using ::testing::AnyOf;
-using ::testing::HasSubstr;
 
 // Hand-assembled GGUF images for the hostile-input tests.
 class Raw {
@@ -563,4 +554,4 @@ TEST(GgufFuzzTest, RandomHeaderMutationsOfStories) {
 }
 
 }  // namespace
-}  // namespace tandem::engine
+}  // namespace tandem::engine::testing

@@ -16,9 +16,18 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/engine/format/gguf.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/test_paths.h"
 
+// The GGUF tests are in this namespace too: they use these helpers, and the
+// matchers they all need, unqualified.
 namespace tandem::engine::testing {
+
+using ::tandem::testing::StatusIs;
+using ::tandem::testing::TempDir;
+using ::testing::HasSubstr;
 
 inline constexpr char kStories[] = "models/stories260K/stories260K.gguf";
 inline constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();

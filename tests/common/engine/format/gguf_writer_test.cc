@@ -16,21 +16,11 @@
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/test_paths.h"
 
-namespace tandem::engine {
+namespace tandem::engine::testing {
 namespace {
 
-using ::tandem::engine::testing::AllValueKinds;
-using ::tandem::engine::testing::Array;
-using ::tandem::engine::testing::ExpectSameValue;
-using ::tandem::engine::testing::Parse;
-using ::tandem::engine::testing::RandomRow;
-using ::tandem::engine::testing::ReadBytes;
-using ::tandem::engine::testing::Scalar;
-using ::tandem::testing::StatusIs;
-using ::tandem::testing::TempDir;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 
 TEST(GgufWriterTest, RoundTripsEveryMetadataType) {
   GgufWriter w;
@@ -244,4 +234,4 @@ TEST(GgufWriterTest, RejectsBadInput) {
 }
 
 }  // namespace
-}  // namespace tandem::engine
+}  // namespace tandem::engine::testing

@@ -32,6 +32,7 @@ class WorkerControlService::Watcher final : public QueuedWriteReactor<WorkerEven
 WorkerControlService::WorkerControlService(tandem::v1::WorkerSnapshot snapshot,
                                            absl::Duration heartbeat_interval)
     : heartbeat_interval_(heartbeat_interval), snapshot_(std::move(snapshot)) {
+  absl::MutexLock lock(&join_mu_);
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
 }
 
@@ -78,6 +79,7 @@ void WorkerControlService::Shutdown() {
       }
     }
   }
+  absl::MutexLock lock(&join_mu_);
   if (!stop_.HasBeenNotified()) {
     stop_.Notify();
   }

@@ -37,9 +37,10 @@ class WorkerControlService final : public tandem::v1::Control::CallbackService {
   tandem::v1::WorkerLoad load() const;
   int num_watchers() const;
 
-  // Ends every stream with OK, refuses new ones (UNAVAILABLE) and joins the
-  // heartbeat thread. Idempotent.
-  void Shutdown();
+  // Any thread. Ends every stream with OK, refuses new ones (UNAVAILABLE) and
+  // joins the heartbeat thread. Idempotent, also when called from several
+  // threads at once (each returns once the heartbeat thread has ended).
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_, join_mu_);
 
   grpc::ServerWriteReactor<tandem::v1::WorkerEvent>* Watch(
       grpc::CallbackServerContext* context, const tandem::v1::WatchRequest* request) override;
@@ -54,8 +55,11 @@ class WorkerControlService final : public tandem::v1::Control::CallbackService {
   tandem::v1::WorkerSnapshot snapshot_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<Watcher*> watchers_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Serializes Shutdown's notify-and-join: a second concurrent Shutdown must
+  // neither notify twice (absl::Notification forbids it) nor join twice.
+  absl::Mutex join_mu_ ABSL_ACQUIRED_AFTER(mu_);
   absl::Notification stop_;
-  std::thread heartbeat_thread_;
+  std::thread heartbeat_thread_ ABSL_GUARDED_BY(join_mu_);
 };
 
 }  // namespace tandem::serving

@@ -1,8 +1,11 @@
 #include "prefill_worker/prefill_service.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/base/status_macros.h"
@@ -12,9 +15,73 @@
 namespace tandem::prefill_worker {
 namespace {
 
+// The reservation is peer input (a client may forge it): every count, size
+// and id is checked against the layout before anything reaches the
+// transport, so a write can only target the blocks it names, inside the pool
+// it describes. Fills job.remote, job.remote_blocks and job.region.
+absl::Status CheckReservationShape(const tandem::v1::KvReservation& r,
+                                   const kvtransfer::KvLayout& remote, size_t prompt_tokens,
+                                   PrefillJob& job) {
+  if (r.transfer_mode() != "put" && r.transfer_mode() != "am") {
+    return absl::InvalidArgumentError(absl::StrCat("prefill: reservation.transfer_mode '",
+                                                   r.transfer_mode(), "' is not put or am"));
+  }
+  if (r.worker_address().empty()) {
+    return absl::InvalidArgumentError("prefill: reservation.worker_address is empty");
+  }
+  if (r.rkey().empty()) {
+    return absl::InvalidArgumentError("prefill: reservation.rkey is empty");
+  }
+  const int64_t want_blocks =
+      (static_cast<int64_t>(prompt_tokens) + remote.block_size - 1) / remote.block_size;
+  if (r.block_ids_size() != want_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat("prefill: reservation.block_ids has ",
+                                                   r.block_ids_size(), " blocks, the prompt of ",
+                                                   prompt_tokens, " tokens needs ", want_blocks));
+  }
+  const uint64_t per_block = static_cast<uint64_t>(remote.num_layers) * 2 * remote.block_bytes();
+  if (r.pool_bytes() == 0 || r.pool_bytes() % per_block != 0 ||
+      r.pool_bytes() / per_block > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+    return absl::InvalidArgumentError(absl::StrCat("prefill: reservation.pool_bytes ",
+                                                   r.pool_bytes(), " is not a whole number of ",
+                                                   per_block, "-byte blocks"));
+  }
+  if (r.pool_base() == 0 || r.pool_base() > std::numeric_limits<uint64_t>::max() - r.pool_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("prefill: reservation.pool_base ", r.pool_base(),
+                                                   " with ", r.pool_bytes(),
+                                                   " bytes is null or past the address space"));
+  }
+  if (r.expected_bytes() != per_block * static_cast<uint64_t>(want_blocks)) {
+    return absl::InvalidArgumentError(absl::StrCat("prefill: reservation.expected_bytes ",
+                                                   r.expected_bytes(), " is not ", want_blocks,
+                                                   " blocks of ", per_block, " bytes"));
+  }
+  job.remote.layout = remote;
+  job.remote.num_blocks = static_cast<int32_t>(r.pool_bytes() / per_block);
+  job.remote_blocks.assign(r.block_ids().begin(), r.block_ids().end());
+  absl::flat_hash_set<int32_t> seen;
+  for (int32_t id : job.remote_blocks) {
+    if (id < 0 || id >= job.remote.num_blocks) {
+      return absl::InvalidArgumentError(absl::StrCat("prefill: reservation.block_ids has ", id,
+                                                     ", outside the pool [0, ",
+                                                     job.remote.num_blocks, ")"));
+    }
+    if (!seen.insert(id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prefill: reservation.block_ids has ", id, " twice"));
+    }
+  }
+  job.region.worker_address = r.worker_address();
+  job.region.rkey = r.rkey();
+  job.region.base = r.pool_base();
+  job.region.bytes = r.pool_bytes();
+  return absl::OkStatus();
+}
+
 class PrefillCallReactor final : public grpc::ServerUnaryReactor, public PrefillCall {
  public:
-  PrefillCallReactor(PrefillEngine* engine, engine::SequenceId key, tandem::v1::PrefillResponse* response)
+  PrefillCallReactor(PrefillEngine* engine, engine::SequenceId key,
+                     tandem::v1::PrefillResponse* response)
       : engine_(engine), key_(key), response_(response) {}
 
   void Done(absl::StatusOr<PrefillResult> result) override {
@@ -51,7 +118,8 @@ absl::StatusOr<PrefillJob> PrefillService::ToJob(const tandem::v1::PrefillReques
   job.request_id = submit.request_id();
   job.prompt.assign(submit.prompt_ids().begin(), submit.prompt_ids().end());
   job.sampling = serving::SamplingFromProto(submit.sampling());
-  RETURN_IF_ERROR(serving::ValidateGenerationRequest(model, job.prompt, submit.max_tokens(), job.sampling));
+  RETURN_IF_ERROR(
+      serving::ValidateGenerationRequest(model, job.prompt, submit.max_tokens(), job.sampling));
   if (!request.has_reservation()) {
     return absl::InvalidArgumentError("prefill: the request carries no KV reservation");
   }
@@ -78,37 +146,11 @@ absl::StatusOr<PrefillJob> PrefillService::ToJob(const tandem::v1::PrefillReques
   }
   remote.dtype = *dtype;
   RETURN_IF_ERROR(kvtransfer::CheckLayoutsMatch(local_layout, remote));
-  const int64_t want_blocks =
-      (static_cast<int64_t>(job.prompt.size()) + remote.block_size - 1) / remote.block_size;
-  if (r.block_ids_size() != want_blocks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prefill: the reservation has ", r.block_ids_size(), " blocks, the prompt of ",
-                     job.prompt.size(), " tokens needs ", want_blocks));
-  }
-  const uint64_t per_block = static_cast<uint64_t>(remote.num_layers) * 2 * remote.block_bytes();
-  if (r.pool_bytes() == 0 || r.pool_bytes() % per_block != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("prefill: reservation pool of ", r.pool_bytes(),
-                                                   " bytes is not a whole number of ", per_block,
-                                                   "-byte blocks"));
-  }
-  job.remote.layout = remote;
-  job.remote.num_blocks = static_cast<int32_t>(r.pool_bytes() / per_block);
-  job.remote_blocks.assign(r.block_ids().begin(), r.block_ids().end());
-  for (int32_t id : job.remote_blocks) {
-    if (id < 0 || id >= job.remote.num_blocks) {
-      return absl::InvalidArgumentError(absl::StrCat("prefill: reservation block id ", id,
-                                                     " outside the pool [0, ",
-                                                     job.remote.num_blocks, ")"));
-    }
-  }
-  job.region.worker_address = r.worker_address();
-  job.region.rkey = r.rkey();
-  job.region.base = r.pool_base();
-  job.region.bytes = r.pool_bytes();
+  RETURN_IF_ERROR(CheckReservationShape(r, remote, job.prompt.size(), job));
   job.transfer_tag = r.transfer_tag();
   job.decode_worker = r.decode_worker();
   if (job.decode_worker.empty()) {
-    return absl::InvalidArgumentError("prefill: the reservation names no decode worker");
+    return absl::InvalidArgumentError("prefill: reservation.decode_worker is empty");
   }
   if (r.deadline_unix_seconds() > 0) {
     job.deadline = absl::UnixEpoch() + absl::Seconds(r.deadline_unix_seconds());

@@ -84,8 +84,13 @@ absl::StatusOr<const UcxTransport::Impl::RemoteKey*> UcxTransport::Impl::GetRkey
   if (it != ep.rkeys.end()) {
     return &it->second;
   }
+  // Write() checked the rkey's shape; the slack keeps a transport's
+  // fixed-size read of its key inside this copy whatever the key claims.
+  RETURN_IF_ERROR(internal::ValidatePackedRkey(peer.rkey));
+  std::string padded = peer.rkey;
+  padded.resize(padded.size() + internal::kRkeyUnpackSlackBytes, '\0');
   ucp_rkey_h rkey = nullptr;
-  const ucs_status_t s = ucp_ep_rkey_unpack(ep.ep.get(), peer.rkey.data(), &rkey);
+  const ucs_status_t s = ucp_ep_rkey_unpack(ep.ep.get(), padded.data(), &rkey);
   if (s != UCS_OK) {
     return UcsError(s, absl::StrCat("unpack the rkey of peer ", ep.name),
                     absl::StatusCode::kInvalidArgument);

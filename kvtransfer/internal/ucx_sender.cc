@@ -46,9 +46,14 @@ absl::Status UcxTransport::Impl::Write(const RegionDescriptor& peer, TransferTag
                                        absl::AnyInvocable<void(absl::Status) &&> done) {
   absl::StatusOr<PeerAddress> address = DecodePeerAddress(peer.worker_address);
   if (!address.ok()) {
-    return base::Annotate(address.status(), "Write: peer");
+    return base::Annotate(address.status(), "Write: peer worker_address");
   }
   RETURN_IF_ERROR(internal::ValidateWrite(peer, ops));
+  if (config_.mode != "am") {
+    // Checked here, on the caller's thread, so a forged rkey never reaches
+    // ucp_ep_rkey_unpack (which reads as far as the bytes it parses say).
+    RETURN_IF_ERROR(base::Annotate(internal::ValidatePackedRkey(peer.rkey), "Write: peer"));
+  }
   auto w = std::make_unique<PendingWrite>();
   w->tag = tag;
   w->peer = peer;

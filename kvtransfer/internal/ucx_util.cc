@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "ucs/memory/memory_type.h"
 #include "ucs/type/status.h"
 
 namespace tandem::kvtransfer::internal {
@@ -157,6 +158,42 @@ absl::StatusOr<PeerAddress> DecodePeerAddress(absl::string_view bytes) {
   }
   a.identity.pid = static_cast<int32_t>(pid);
   return a;
+}
+
+absl::Status ValidatePackedRkey(absl::string_view packed) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rkey of ", packed.size(), " bytes is not a packed UCX rkey: ", why));
+  };
+  uint64_t md_map = 0;
+  if (packed.size() < sizeof(md_map) + 1) {
+    return bad("shorter than its header");
+  }
+  std::memcpy(&md_map, packed.data(), sizeof(md_map));
+  const auto mem_type = static_cast<uint8_t>(packed[sizeof(md_map)]);
+  if (mem_type >= UCS_MEMORY_TYPE_LAST) {
+    return bad(absl::StrCat("memory type ", mem_type));
+  }
+  size_t at = sizeof(md_map) + 1;
+  for (int md = 0; md < 64; ++md) {
+    if ((md_map >> md & 1) == 0) {
+      continue;
+    }
+    if (at >= packed.size()) {
+      return bad(absl::StrCat("md ", md, " has no key"));
+    }
+    const size_t n = static_cast<uint8_t>(packed[at]);
+    if (n > packed.size() - at - 1) {
+      return bad(absl::StrCat("md ", md, "'s key of ", n, " bytes runs past the end"));
+    }
+    at += 1 + n;
+  }
+  // Optional tail: a system device byte and 3-byte distances.
+  const size_t tail = packed.size() - at;
+  if (tail != 0 && (tail - 1) % 3 != 0) {
+    return bad(absl::StrCat(tail, " bytes after the keys"));
+  }
+  return absl::OkStatus();
 }
 
 LaneInfo ParseEndpointInfo(absl::string_view text) {

@@ -49,6 +49,19 @@ std::string EncodePeerAddress(const PeerAddress& address);
 // InvalidArgument for anything EncodePeerAddress did not produce.
 absl::StatusOr<PeerAddress> DecodePeerAddress(absl::string_view bytes);
 
+// Checks that `packed` has the shape of a UCX 1.13 packed rkey (md map, memory
+// type, then one length-prefixed key per md in the map, then optionally the
+// system device and its distances) and that every length stays inside it.
+// ucp_ep_rkey_unpack takes no length and trusts what it reads: a peer-supplied
+// rkey must pass this first. InvalidArgument naming the rkey otherwise. The
+// shape says nothing about what memory a well-formed key names.
+absl::Status ValidatePackedRkey(absl::string_view packed);
+
+// Bytes of zeros kept after a copy of a packed rkey handed to UCX: a
+// transport's unpack reads its fixed-size key whatever length the rkey
+// claims (at most 255 bytes, the length prefix's range).
+inline constexpr size_t kRkeyUnpackSlackBytes = 256;
+
 // What ucp_ep_print_info says about an endpoint's lanes.
 struct LaneInfo {
   std::vector<std::string> transports;  // distinct, in lane order ("sysv", "cma")

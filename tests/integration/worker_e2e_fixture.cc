@@ -151,7 +151,8 @@ std::chrono::system_clock::time_point In(absl::Duration d) {
 }
 
 Outcome RunDisaggregated(v1::Decode::Stub& decode, v1::Prefill::Stub& prefill,
-                         const v1::DecodeSubmit& submit) {
+                         const v1::DecodeSubmit& submit,
+                         const std::function<void(v1::PrefillRequest&)>& alter) {
   Outcome out;
   grpc::ClientContext ctx;
   ctx.set_deadline(In(absl::Seconds(60)));
@@ -171,6 +172,7 @@ Outcome RunDisaggregated(v1::Decode::Stub& decode, v1::Prefill::Stub& prefill,
     v1::PrefillRequest preq;
     *preq.mutable_request() = submit;
     *preq.mutable_reservation() = ev.reservation();
+    if (alter) alter(preq);
     grpc::Status ps = prefill.Prefill(&pctx, preq, &out.prefill);
     if (!ps.ok()) {
       ctx.TryCancel();

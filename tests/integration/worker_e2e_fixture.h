@@ -7,8 +7,9 @@
 // on the same model.
 //
 // The tests: worker_e2e_serving_test.cc (the suite's cluster serves, cancels
-// and refuses) and worker_e2e_failure_test.cc (workers started per test and
-// killed, squeezed or drained).
+// and refuses), worker_e2e_failure_test.cc (workers started per test and
+// killed, squeezed or drained) and worker_e2e_hostile_test.cc (forged
+// reservations sent to a prefill worker).
 //
 // Known gaps: no RDMA NIC here, so native UCX puts are not exercised (UCX
 // 1.13 uses active messages over sm and tcp); a prefill worker killed in the
@@ -101,8 +102,11 @@ void Absorb(const v1::GenerateResponse& r, Outcome* out);
 
 std::chrono::system_clock::time_point In(absl::Duration d);
 
+// `alter`, when set, edits the Prefill request (the reservation, as a hostile
+// client would) before it is sent.
 Outcome RunDisaggregated(v1::Decode::Stub& decode, v1::Prefill::Stub& prefill,
-                         const v1::DecodeSubmit& submit);
+                         const v1::DecodeSubmit& submit,
+                         const std::function<void(v1::PrefillRequest&)>& alter = nullptr);
 
 Outcome RunColocated(v1::Decode::Stub& decode, const v1::DecodeSubmit& submit);
 

@@ -543,7 +543,7 @@ void PrefillEngine::UpdateLoad() {
   metrics_->kv_blocks_free->Set(l.free_blocks);
   metrics_->kv_blocks_used->Set(l.used_blocks);
   metrics_->kv_blocks_cached->Set(l.cached_blocks);
-  metrics_->kv_blocks_total->Set(l.total_blocks);
+  metrics_->kv_blocks_capacity->Set(l.total_blocks);
   if (on_load_) {
     on_load_(l);
   }

@@ -14,6 +14,7 @@ APT_PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libucx-dev ucx-utils
   libhnswlib-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev
+  prometheus  # for promtool: router_integration_test lints every process's /metrics
 )
 
 SUDO=""
@@ -27,6 +28,11 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # We want only promtool: stop the server the package enables, if we just installed it.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null &&
+    [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now prometheus || true
+  fi
 fi
 
 # Python packages for the tests that use real clients (the OpenAI client

@@ -14,8 +14,8 @@ WorkerMetrics::WorkerMetrics(base::MetricsRegistry& r, absl::string_view prefix,
                                 "KV blocks referenced by a request.")),
       kv_blocks_cached(r.GetGauge(absl::StrCat(prefix, "_kv_blocks_cached"),
                                   "Unreferenced KV blocks kept for the prefix cache.")),
-      kv_blocks_total(
-          r.GetGauge(absl::StrCat(prefix, "_kv_blocks_total"), "KV blocks in the pool.")),
+      kv_blocks_capacity(
+          r.GetGauge(absl::StrCat(prefix, "_kv_blocks_capacity"), "KV blocks in the pool.")),
       step_seconds(r.GetHistogram(absl::StrCat(prefix, "_step_seconds"), "Engine step time.",
                                   base::LatencyBuckets())),
       kv_transfer_bytes(r.GetCounter("tandem_kv_transfer_bytes_total",

@@ -31,7 +31,7 @@ struct WorkerMetrics {
   base::Gauge* kv_blocks_free;
   base::Gauge* kv_blocks_used;
   base::Gauge* kv_blocks_cached;
-  base::Gauge* kv_blocks_total;
+  base::Gauge* kv_blocks_capacity;
   base::Histogram* step_seconds;
   base::Counter* kv_transfer_bytes;
   base::Histogram* kv_transfer_seconds;

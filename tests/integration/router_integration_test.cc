@@ -10,6 +10,8 @@
 //  - the worker is SIGKILLed mid-stream: gRPC gets UNAVAILABLE and SSE an
 //    error event, within 5 s; the worker leaves rotation;
 //  - disaggregated (tandem-prefill + tandem-decode): the same greedy tokens;
+//  - after a request, every process's /metrics (router, colocated, decode,
+//    prefill) passes `promtool check metrics` with no finding;
 //  - `tandem up` with deploy/local/*.yaml: healthy cluster, a request through
 //    it, a dying worker is reported, SIGTERM stops everything (exit 0).
 // Known gaps: no test of DNS discovery against a real resolver (unit-tested
@@ -18,9 +20,11 @@
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -156,6 +160,50 @@ std::string MetricsText(int port) {
   return ::testing::AssertionFailure() << "no line '" << line << "' in /metrics of port " << port
                                        << " after " << absl::FormatDuration(timeout) << ":\n"
                                        << body;
+}
+
+// The path of `name` in a directory of $PATH ("" when none has it).
+std::string FindOnPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir :
+       absl::StrSplit(path == nullptr ? "" : path, ':', absl::SkipEmpty())) {
+    const std::string candidate = absl::StrCat(dir, "/", name);
+    if (access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return "";
+}
+
+// `promtool check metrics` (Debian's `prometheus` package) finds nothing in
+// the /metrics of `process` at 127.0.0.1:`port`: it exits 0 and prints
+// nothing. A missing promtool is a failure, not a skip: scripts/setup.sh
+// installs it.
+::testing::AssertionResult PromtoolClean(const std::string& process, int port) {
+  const std::string promtool = FindOnPath("promtool");
+  if (promtool.empty()) {
+    return ::testing::AssertionFailure()
+           << "promtool is not on PATH: install Debian's `prometheus` package "
+              "(scripts/setup.sh --deps)";
+  }
+  const std::string body = MetricsText(port);
+  if (body.empty()) {
+    return ::testing::AssertionFailure() << "no /metrics from " << process << " on port " << port;
+  }
+  const std::string file = absl::StrCat(tandem::testing::TempDir(), "/", process, ".metrics");
+  std::ofstream(file) << body;
+  absl::StatusOr<tandem::testing::RunResult> run = tandem::testing::RunToCompletion(
+      {"/bin/sh", "-c", "exec \"$0\" check metrics < \"$1\"", promtool, file}, absl::Seconds(60));
+  if (!run.ok()) {
+    return ::testing::AssertionFailure() << "promtool on " << process << ": " << run.status();
+  }
+  if (run->exit_code != 0 || !run->output.empty()) {
+    return ::testing::AssertionFailure()
+           << "promtool check metrics on " << process << " (exit " << run->exit_code << "):\n"
+           << run->output << "\n/metrics:\n"
+           << body;
+  }
+  return ::testing::AssertionSuccess();
 }
 
 // The role a worker reports in the first event of Control.Watch (its
@@ -439,6 +487,45 @@ TEST_F(RouterIntegrationTest, DisaggregatedGreedyMatchesReference) {
                        "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200) << res->body;
+}
+
+// Every process's /metrics, after a request so that labelled series and
+// histograms exist, passes `promtool check metrics` with no finding: a
+// colocated cluster, then a disaggregated one.
+TEST_F(RouterIntegrationTest, PromtoolCheckMetricsCleanOnEveryProcess) {
+  struct Worker {
+    std::string binary, role, name;
+  };
+  struct Cluster {
+    std::string mode;
+    std::vector<Worker> workers;
+  };
+  const std::vector<Cluster> clusters = {
+      {"colocated", {{TANDEM_DECODE_BIN, "colocated", "tandem-decode-colocated"}}},
+      {"disaggregated",
+       {{TANDEM_PREFILL_BIN, "", "tandem-prefill"},
+        {TANDEM_DECODE_BIN, "decode", "tandem-decode"}}},
+  };
+  for (const Cluster& cluster : clusters) {
+    SCOPED_TRACE(cluster.mode);
+    router_.reset();
+    workers_.clear();
+    std::vector<std::string> addresses;
+    for (const Worker& w : cluster.workers) {
+      addresses.push_back(StartWorker(w.binary, w.role));
+      ASSERT_FALSE(addresses.back().empty()) << w.name << " did not start";
+    }
+    const int live = static_cast<int>(addresses.size());
+    ASSERT_NO_FATAL_FAILURE(StartRouter(addresses, cluster.mode, live));
+    GrpcResult r = Generate(grpc_, BosOnly(8));
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\nrouter:\n" << router_->Tail();
+    EXPECT_EQ(r.last.route().colocated(), cluster.mode == "colocated");
+    EXPECT_TRUE(PromtoolClean("tandem-router", http_port_));
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      ASSERT_TRUE(WorkerIdle(addresses[i], absl::Seconds(10))) << cluster.workers[i].name;
+      EXPECT_TRUE(PromtoolClean(cluster.workers[i].name, workers_[i]->metrics_port()));
+    }
+  }
 }
 
 // A client that cancels mid-stream: the router cancels its decode (and

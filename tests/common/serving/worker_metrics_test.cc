@@ -18,7 +18,7 @@ TEST(WorkerMetricsTest, NamesSeriesByPrefixAndLabelsTransfers) {
   m.kv_blocks_free->Set(5);
   m.kv_blocks_used->Set(2);
   m.kv_blocks_cached->Set(1);
-  m.kv_blocks_total->Set(8);
+  m.kv_blocks_capacity->Set(8);
   m.step_seconds->Observe(0.01);
   m.kv_transfer_bytes->Increment(4096);
   m.kv_transfer_seconds->Observe(0.002);
@@ -26,7 +26,7 @@ TEST(WorkerMetricsTest, NamesSeriesByPrefixAndLabelsTransfers) {
   EXPECT_THAT(text, HasSubstr("tandem_decode_kv_blocks_free 5\n"));
   EXPECT_THAT(text, HasSubstr("tandem_decode_kv_blocks_used 2\n"));
   EXPECT_THAT(text, HasSubstr("tandem_decode_kv_blocks_cached 1\n"));
-  EXPECT_THAT(text, HasSubstr("tandem_decode_kv_blocks_total 8\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_decode_kv_blocks_capacity 8\n"));
   EXPECT_THAT(text, HasSubstr("tandem_decode_step_seconds_count 1\n"));
   EXPECT_THAT(text, HasSubstr("tandem_kv_transfer_bytes_total{transport=\"loopback\",direction="
                               "\"received\"} 4096\n"));

@@ -115,6 +115,9 @@ absl::Status RouterConfig::Validate() const {
   if (l.max_body_bytes < 1024) {
     return absl::InvalidArgumentError("limits.max_body_bytes must be >= 1024");
   }
+  if (l.max_grpc_message_bytes < 1024) {
+    return absl::InvalidArgumentError("limits.max_grpc_message_bytes must be >= 1024");
+  }
   return absl::OkStatus();
 }
 
@@ -173,7 +176,8 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
     RETURN_IF_ERROR(CheckKeys(l, "limits",
                               {"max_inflight", "retry_after", "max_prompt_tokens", "max_n",
                                "max_logprobs", "max_stop_strings", "max_stop_string_bytes",
-                               "default_max_tokens", "default_timeout", "max_body_bytes"}));
+                               "default_max_tokens", "default_timeout", "max_body_bytes",
+                               "max_grpc_message_bytes"}));
     LimitsConfig& x = c.limits;
     RETURN_IF_ERROR(ReadInt32(l, "max_inflight", "limits", &x.max_inflight));
     RETURN_IF_ERROR(ReadDuration(l, "retry_after", "limits", &x.retry_after));
@@ -185,6 +189,8 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
     RETURN_IF_ERROR(ReadInt32(l, "default_max_tokens", "limits", &x.default_max_tokens));
     RETURN_IF_ERROR(ReadDuration(l, "default_timeout", "limits", &x.default_timeout));
     RETURN_IF_ERROR(ReadInt(l, "max_body_bytes", "limits", &x.max_body_bytes));
+    RETURN_IF_ERROR(
+        ReadInt32(l, "max_grpc_message_bytes", "limits", &x.max_grpc_message_bytes));
   }
   return c;
 }

@@ -37,6 +37,8 @@
 //     default_max_tokens: 256       # when a request gives none (capped by context)
 //     default_timeout: 600s         # request deadline when the client sets none
 //     max_body_bytes: 8388608
+//     max_grpc_message_bytes: 4194304  # gRPC front, both ways; a Tokenize reply
+//                                      # over it is RESOURCE_EXHAUSTED
 
 #include <cstdint>
 #include <string>
@@ -85,6 +87,10 @@ struct LimitsConfig {
   int32_t default_max_tokens = 256;
   absl::Duration default_timeout = absl::Seconds(600);
   int64_t max_body_bytes = 8 << 20;
+  // The gRPC front's largest message received and sent (gRPC's 4 MiB default,
+  // set explicitly). Tokenize answers RESOURCE_EXHAUSTED naming this limit
+  // rather than send a reply a default client cannot receive.
+  int32_t max_grpc_message_bytes = 4 << 20;
 };
 
 struct RouterConfig {

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/logging.h"
@@ -52,7 +53,7 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
       Finish(proto::ToGrpcStatus(prepared.status()));
       return;
     }
-    request_id_ = prepared->request_id;
+    request_id_ = prepared->client_request_id;
     tokenizer_ = &prepared->model->tokenizer();
     want_logprobs_ = prepared->sampling.logprobs || prepared->sampling.top_logprobs > 0;
     auto sink = std::make_shared<Sink>(this);
@@ -155,7 +156,7 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     void OnComplete(const absl::Status& status, const RequestSummary& s) override {
       if (status.ok()) {
         v1::GenerateResponse m;
-        m.set_request_id(s.request_id);
+        m.set_request_id(s.client_request_id);
         m.set_finish_reason(ToProto(reason_));
         m.mutable_usage()->set_prompt_tokens(s.prompt_tokens);
         m.mutable_usage()->set_completion_tokens(s.completion_tokens);
@@ -303,6 +304,20 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
   for (engine::TokenId id : *ids) {
     response->add_ids(id);
     response->add_pieces(TokenDisplayText(tok, id));
+  }
+  // Each token's text plus its id: the reply outgrows the text several times
+  // over. Refuse one the front cannot send (nor a default client receive).
+  const size_t reply_bytes = response->ByteSizeLong();
+  const int32_t limit = router_.config().limits.max_grpc_message_bytes;
+  if (reply_bytes > static_cast<size_t>(limit)) {
+    const size_t tokens = ids->size();
+    response->Clear();
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("the Tokenize reply would be ", reply_bytes, " bytes (", tokens,
+                     " tokens), over the router's limits.max_grpc_message_bytes of ", limit,
+                     "; tokenize less text per call")));
+    return reactor;
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -196,7 +196,7 @@ absl::Status HttpServer::Start(absl::string_view address) {
     }
     const ServedModel& model = *prepared->model;
     const absl::Time deadline = prepared->deadline;
-    const std::string request_id = prepared->request_id;
+    const std::string request_id = prepared->client_request_id;
     auto observer = std::make_shared<QueueObserver>();
     absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
         router_.Start(*std::move(prepared), observer);

@@ -1,5 +1,8 @@
 #include "router/request.h"
 
+#include <sys/random.h>
+
+#include <cstdint>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -11,9 +14,24 @@
 namespace tandem::router {
 namespace {
 
+// 128 bits from the kernel's CSPRNG (getrandom), as 32 hex digits.
 std::string NewRequestId() {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  return absl::StrFormat("%016x", rng());
+  uint64_t words[2] = {0, 0};
+  size_t got = 0;
+  auto* bytes = reinterpret_cast<char*>(words);
+  while (got < sizeof(words)) {
+    const ssize_t n = getrandom(bytes + got, sizeof(words) - got, 0);
+    if (n <= 0) {
+      break;  // not expected on Linux >= 3.17; fall back below
+    }
+    got += static_cast<size_t>(n);
+  }
+  if (got < sizeof(words)) {
+    std::random_device rd;  // /dev/urandom-backed on Linux
+    words[0] = (uint64_t{rd()} << 32) | rd();
+    words[1] = (uint64_t{rd()} << 32) | rd();
+  }
+  return absl::StrFormat("%016x%016x", words[0], words[1]);
 }
 
 // SamplingParams::Validate names the field first ("top_p must be ..."); map
@@ -60,8 +78,9 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const GenerationRequest& request,
   out.model = *model;
   const ServedModel& m = **model;
   const engine::Tokenizer& tok = m.tokenizer();
-  out.request_id = request.request_id.empty() ? NewRequestId() : request.request_id;
-  if (!base::IsValidUtf8(out.request_id) || out.request_id.size() > 256) {
+  out.request_id = NewRequestId();
+  out.client_request_id = request.request_id.empty() ? NewRequestId() : request.request_id;
+  if (!base::IsValidUtf8(out.client_request_id) || out.client_request_id.size() > 256) {
     return InvalidParam("request_id", "request_id must be valid UTF-8 of at most 256 bytes");
   }
   out.tenant = request.tenant;

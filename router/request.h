@@ -31,7 +31,9 @@ struct GenerationRequest {
   engine::SamplingParams sampling;                // stop_strings are the client's stop strings
   bool has_seed = false;
   bool add_special_tokens = true;         // BOS on text prompts (when the vocab wants it)
-  std::string request_id;                 // "" = generated
+  // The client's id (X-Request-Id / request_id): echoed and logged only,
+  // never a key on a worker. "" = the router makes one up to echo.
+  std::string request_id;
   std::string tenant;
   // Names the parameters in errors: the OpenAI names ("logprobs",
   // "top_logprobs" for chat) or the gRPC field names.
@@ -40,7 +42,13 @@ struct GenerationRequest {
 
 struct PreparedRequest {
   const ServedModel* model = nullptr;
+  // The router's own id, 128 random bits in hex, fresh for every request: the
+  // key of every worker call (Reserve, Prefill, Commit, Cancel). Never shown
+  // to a client, so no client can name another's request on a worker.
   std::string request_id;
+  // What the client sent (or a separate random id when it sent none):
+  // echoed back and logged. Two requests may share it.
+  std::string client_request_id;
   std::string tenant;
   std::vector<int32_t> prompt_ids;
   int32_t max_tokens = 0;

@@ -57,6 +57,8 @@ absl::Status RouterServer::Start() {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(config.grpc_address, grpc::InsecureServerCredentials(), &grpc_port_);
     builder.RegisterService(&service_);
+    builder.SetMaxReceiveMessageSize(config.limits.max_grpc_message_bytes);
+    builder.SetMaxSendMessageSize(config.limits.max_grpc_message_bytes);
     grpc_server_ = builder.BuildAndStart();
     if (grpc_server_ == nullptr || grpc_port_ == 0) {
       return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", config.grpc_address));

@@ -205,15 +205,15 @@ void WorkerWatcher::Loop() {
     for (const std::string& address : registry_.TakeDeparted()) {
       dirty_ = true;
       auto it = targets_.find(address);
-      absl::Status why = absl::UnavailableError(absl::StrCat("worker ", address, " left rotation"));
+      // `why` reaches clients (see Options::on_departed): it never names the address.
+      absl::Status why = absl::UnavailableError("left rotation");
       if (it != targets_.end() && it->second.stream != nullptr) {
         // Silent past the heartbeat timeout: drop the stream and reconnect.
         why = absl::UnavailableError(absl::StrCat(
-            "worker ", address, " sent no heartbeat for ",
-            absl::FormatDuration(options_.discovery.heartbeat_timeout)));
+            "sent no heartbeat for ", absl::FormatDuration(options_.discovery.heartbeat_timeout)));
         it->second.stream->Cancel();
       }
-      LOG(WARNING) << "router: " << why.message();
+      LOG(WARNING) << "router: worker " << address << " " << why.message();
       if (options_.on_departed) {
         options_.on_departed(address, why);
       }

@@ -47,7 +47,9 @@ class WorkerWatcher {
     Resolver resolver = ResolveWithGetaddrinfo;
     // How often the loop checks liveness and due reconnects.
     absl::Duration tick = absl::Milliseconds(50);
-    // Control thread; must not block. A worker left rotation.
+    // Control thread; must not block. A worker left rotation; `why` says how
+    // ("sent no heartbeat for 3s", "left rotation") without naming the
+    // address, so callers may show it to clients.
     std::function<void(const std::string& address, const absl::Status& why)> on_departed;
     // Control thread; must not block. A new snapshot was published.
     std::function<void(const RegistrySnapshot&)> on_publish;

@@ -4,7 +4,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "common/base/status_macros.h"
+#include "common/base/logging.h"
 #include "proto/grpc_status.h"
 #include "router/internal/request_run.h"
 #include "router/router.h"
@@ -35,14 +35,21 @@ void ToProto(const engine::SamplingParams& s, uint64_t seed, tandem::v1::Samplin
   p->set_ignore_eos(s.ignore_eos);
 }
 
-// A worker's status as the client should see it. CANCELLED that we did not
-// ask for means the worker went away (shutdown): retry elsewhere.
-absl::Status WorkerError(const grpc::Status& s, absl::string_view what) {
+// A worker's status as the client should see it: the code (CANCELLED that
+// we did not ask for means the worker went away: retry elsewhere) and the
+// worker's role, never its address nor its message (which may name peers);
+// the detail goes to the log with the request's id.
+absl::Status WorkerError(const grpc::Status& s, absl::string_view role,
+                         absl::string_view address, absl::string_view request_id) {
   absl::Status st = proto::FromGrpcStatus(s);
-  if (st.code() == absl::StatusCode::kCancelled || st.code() == absl::StatusCode::kUnknown) {
-    st = absl::UnavailableError(st.message());
+  LOG(WARNING) << "router: request " << request_id << ": " << role << " worker " << address
+               << " failed: " << st;
+  absl::StatusCode code = st.code();
+  if (code == absl::StatusCode::kCancelled || code == absl::StatusCode::kUnknown) {
+    code = absl::StatusCode::kUnavailable;
   }
-  return base::Annotate(st, what);
+  return absl::Status(code, absl::StrCat("the ", role, " worker failed (",
+                                         absl::StatusCodeToString(st.code()), ")"));
 }
 
 }  // namespace
@@ -160,13 +167,16 @@ void ChoiceCall::Cancel(const absl::Status& why) {
 }
 
 void ChoiceCall::OnWorkerDeparted(const std::string& address, const absl::Status& why) {
-  if (address != decode_address_) {
+  const bool decode = address == decode_address_;
+  if (!decode) {
     absl::MutexLock lock(&mu_);
     if (prefill_done_) {
       return;  // the prefill worker already committed the KV: nothing depends on it
     }
   }
-  Cancel(why);
+  // `why` says what happened ("sent no heartbeat for 3s"), not where.
+  Cancel(absl::Status(why.code(), absl::StrCat("the ", decode ? "decode" : "prefill", " worker ",
+                                               why.message())));
 }
 
 void ChoiceCall::OnMessage(const tandem::v1::DecodeEvent& event) {
@@ -221,8 +231,11 @@ void ChoiceCall::OnTokens(const tandem::v1::GenerateResponse& message) {
       break;
     }
     if (t.token() < 0 || t.token() >= tok.vocab_size()) {
+      LOG(WARNING) << "router: request " << req_.request_id << ": decode worker "
+                   << decode_address_ << " sent token id " << t.token()
+                   << " outside the vocabulary [0, " << tok.vocab_size() << ")";
       stream_error_ = absl::InternalError(
-          absl::StrCat("decode worker ", decode_address_, " sent token id ", t.token(),
+          absl::StrCat("the decode worker sent token id ", t.token(),
                        " outside the vocabulary [0, ", tok.vocab_size(), ")"));
       break;
     }
@@ -255,8 +268,9 @@ void ChoiceCall::OnTokens(const tandem::v1::GenerateResponse& message) {
         reason = FinishReason::kStop;
         break;
       case tandem::v1::FINISH_REASON_CANCELLED:
-        stream_error_ = absl::UnavailableError(
-            absl::StrCat("decode worker ", decode_address_, " cancelled the request"));
+        LOG(WARNING) << "router: request " << req_.request_id << ": decode worker "
+                     << decode_address_ << " cancelled it";
+        stream_error_ = absl::UnavailableError("the decode worker cancelled the request");
         break;
       default:
         if (tokens_ >= req_.max_tokens) {
@@ -369,14 +383,16 @@ void ChoiceCall::Finalize() {
       out.status = stream_error_;
       out.failed_worker = decode_address_;
     } else if (prefill_done_ && !prefill_status_.ok()) {
-      out.status = WorkerError(prefill_status_, absl::StrCat("prefill worker ", prefill_address_));
+      out.status = WorkerError(prefill_status_, "prefill", prefill_address_, req_.request_id);
       out.failed_worker = prefill_address_;
     } else if (!stream_status_.ok()) {
-      out.status = WorkerError(stream_status_, absl::StrCat("decode worker ", decode_address_));
+      out.status = WorkerError(stream_status_, "decode", decode_address_, req_.request_id);
       out.failed_worker = decode_address_;
     } else {
-      out.status = absl::UnavailableError(absl::StrCat(
-          "decode worker ", decode_address_, " ended the stream without a finish reason"));
+      LOG(WARNING) << "router: request " << req_.request_id << ": decode worker "
+                   << decode_address_ << " ended the stream without a finish reason";
+      out.status =
+          absl::UnavailableError("the decode worker ended the stream without a finish reason");
       out.failed_worker = decode_address_;
     }
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/escaping.h"
 #include "common/base/logging.h"
 #include "router/internal/choice_call.h"
 #include "router/router.h"
@@ -137,7 +138,8 @@ void RequestRun::OnChoiceEnded(int32_t index, int32_t attempt, const ChoiceOutco
         std::shared_ptr<const RegistrySnapshot> snap = router_.snapshot();
         absl::StatusOr<RouteDecision> route = router_.Pick(request_, *snap, c.exclude);
         if (route.ok()) {
-          LOG(WARNING) << "router: request " << request_.request_id << " choice " << index
+          LOG(WARNING) << "router: request " << request_.request_id << " (client id \""
+                       << absl::CEscape(request_.client_request_id) << "\") choice " << index
                        << " retrying after: " << outcome.status;
           ++c.attempt;
           retry = StartAttemptLocked(index, *route);
@@ -183,6 +185,7 @@ void RequestRun::CompleteLocked() {
   const absl::Time now = router_.clock().Now();
   RequestSummary s;
   s.request_id = request_.request_id;
+  s.client_request_id = request_.client_request_id;
   s.model = request_.model->name();
   s.prompt_tokens = static_cast<int32_t>(request_.prompt_ids.size());
   s.cached_prompt_tokens = cached_prompt_tokens_;

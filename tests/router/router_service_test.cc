@@ -30,6 +30,7 @@ using testing::RouterHarness;
 using ::tandem::testing::Eventually;
 using ::tandem::testing::SseData;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct GrpcResult {
   grpc::Status status;
@@ -245,7 +246,10 @@ TEST_F(RouterServiceTest, DecodeDiesMidStreamGrpcGetsUnavailable) {
   ASSERT_TRUE(h->WaitForLive(1));
   GrpcResult r = Generate(h->stub(), TextRequest("Once"));
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE) << r.status.error_message();
-  EXPECT_THAT(r.status.error_message(), HasSubstr(w->address()));
+  // Which role failed, never where: internal addresses stay in the router's log.
+  EXPECT_THAT(r.status.error_message(), HasSubstr("decode worker"));
+  EXPECT_THAT(r.status.error_message(), Not(HasSubstr(w->address())));
+  EXPECT_THAT(r.status.error_message(), Not(HasSubstr("127.0.0.1")));
   EXPECT_LT(r.elapsed, absl::Seconds(5));
   EXPECT_FALSE(r.text.empty());  // what came before the failure was delivered
 }
@@ -269,7 +273,9 @@ TEST_F(RouterServiceTest, DecodeDiesMidStreamSseGetsErrorEvent) {
   json err = json::parse(data[data.size() - 2]);
   ASSERT_TRUE(err.contains("error")) << err;
   EXPECT_EQ(err["error"]["code"], "unavailable");
-  EXPECT_THAT(err["error"]["message"].get<std::string>(), HasSubstr(w->address()));
+  EXPECT_THAT(err["error"]["message"].get<std::string>(), HasSubstr("decode worker"));
+  EXPECT_THAT(err["error"]["message"].get<std::string>(), Not(HasSubstr(w->address())));
+  EXPECT_THAT(err["error"]["message"].get<std::string>(), Not(HasSubstr("127.0.0.1")));
 }
 
 TEST_F(RouterServiceTest, HungWorkerWithoutHeartbeatsFailsWithinFiveSeconds) {
@@ -285,6 +291,7 @@ TEST_F(RouterServiceTest, HungWorkerWithoutHeartbeatsFailsWithinFiveSeconds) {
   pause.join();
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE) << r.status.error_message();
   EXPECT_THAT(r.status.error_message(), HasSubstr("heartbeat"));
+  EXPECT_THAT(r.status.error_message(), Not(HasSubstr(w->address())));
   EXPECT_LT(r.elapsed, absl::Seconds(5));
   EXPECT_TRUE(Eventually([&] { return w->cancelled() == 1; }, "the hung stream to be cancelled"));
   // Out of rotation: a new request finds no worker.
@@ -323,6 +330,8 @@ TEST_F(RouterServiceTest, PrefillFailureFailsTheRequestAndFreesTheReservation) {
   GrpcResult r = Generate(h->stub(), TextRequest("Once"));
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(r.status.error_message(), HasSubstr("prefill worker"));
+  EXPECT_THAT(r.status.error_message(), Not(HasSubstr(bad->address())));
+  EXPECT_THAT(r.status.error_message(), Not(HasSubstr("127.0.0.1")));
   // The decode worker's reservation stream was cancelled, not left waiting.
   EXPECT_TRUE(Eventually([&] { return d->active_streams() == 0; }, "the reservation to go"));
 }
@@ -569,6 +578,130 @@ TEST_F(RouterServiceTest, ConcurrentRequestsAllComplete) {
   EXPECT_GT(a->requests(), 0);
   EXPECT_GT(b->requests(), 0);
   EXPECT_TRUE(Eventually([&] { return h->router().inflight() == 0; }, "all requests to end"));
+}
+
+
+// A router-made worker key: 128 random bits in hex.
+bool IsRouterId(const std::string& id) {
+  return id.size() == 32 && id.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// The client's X-Request-Id is echoed, never a key: two requests sharing it
+// both run (a worker sees two distinct router ids, neither the client's).
+TEST_F(RouterServiceTest, SameXRequestIdTwiceConcurrentlyBothSucceedOverHttp) {
+  auto w = SlowWorker(8, absl::Milliseconds(25));
+  auto h = Router({w->address()});
+  ASSERT_TRUE(h->WaitForLive(1));
+  struct Reply {
+    int status = 0;
+    std::string header;
+    std::string body;
+  };
+  std::vector<Reply> replies(2);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      httplib::Client cli("127.0.0.1", h->http_port());
+      auto res = cli.Post("/v1/completions", {{"X-Request-Id", "client-42"}},
+                          R"({"prompt":"Once","max_tokens":8})", "application/json");
+      if (res) {
+        replies[i] = {res->status, res->get_header_value("X-Request-Id"), res->body};
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  for (const Reply& r : replies) {
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header, "client-42");
+    EXPECT_THAT(r.body, Not(HasSubstr("127.0.0.1")));
+    EXPECT_EQ(json::parse(r.body)["id"], "cmpl-client-42") << r.body;
+  }
+  const std::vector<std::string> ids = w->request_ids();
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_NE(ids[0], ids[1]);
+  for (const std::string& id : ids) {
+    EXPECT_TRUE(IsRouterId(id)) << id;
+    EXPECT_THAT(id, Not(HasSubstr("client-42")));
+  }
+}
+
+TEST_F(RouterServiceTest, SameGrpcRequestIdTwiceConcurrentlyBothSucceedDisaggregated) {
+  auto p = Worker(v1::WORKER_ROLE_PREFILL);
+  auto d = Worker(v1::WORKER_ROLE_DECODE);
+  d->SetScript(std::vector<int32_t>(8, 100));
+  d->SetTokenDelay(absl::Milliseconds(25));  // the two streams overlap
+  auto h = Router({p->address(), d->address()});
+  ASSERT_TRUE(h->WaitForLive(2));
+  std::vector<GrpcResult> results(2);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      v1::GenerateRequest req = TextRequest("Once", 8);
+      req.set_request_id("client-42");
+      results[i] = Generate(h->stub(), req);
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  for (const GrpcResult& r : results) {
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    ASSERT_FALSE(r.messages.empty());
+    for (const v1::GenerateResponse& m : r.messages) {
+      EXPECT_EQ(m.request_id(), "client-42");
+    }
+    EXPECT_FALSE(r.messages.back().route().colocated());
+  }
+  // The decode worker (Reserve) and the prefill worker saw the router's ids.
+  const std::vector<std::string> ids = d->request_ids();
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_NE(ids[0], ids[1]);
+  for (const std::string& id : ids) {
+    EXPECT_TRUE(IsRouterId(id)) << id;
+  }
+  EXPECT_EQ(p->requests(), 2);
+}
+
+// Tokenize replies carry each token's text and id: several times the text.
+// One over limits.max_grpc_message_bytes is refused by name, whatever the
+// client could receive; a raised limit gives the complete answer.
+TEST_F(RouterServiceTest, TokenizeReplyOverTheGrpcMessageLimitIsResourceExhausted) {
+  std::string text;
+  while (text.size() < (3u << 20)) {
+    text += "Once upon a time there was a little girl. ";
+  }
+  v1::TokenizeRequest req;
+  req.set_text(text);
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  {
+    auto h = Router({});
+    auto stub = v1::Generation::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", h->grpc_port()), grpc::InsecureChannelCredentials(), args));
+    grpc::ClientContext ctx;
+    v1::TokenizeResponse resp;
+    grpc::Status s = stub->Tokenize(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("limits.max_grpc_message_bytes of 4194304"));
+    // A default client gets the same answer, not a transport error.
+    grpc::ClientContext ctx2;
+    s = h->stub().Tokenize(&ctx2, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("limits.max_grpc_message_bytes"));
+  }
+  {
+    auto h = Router({}, [](RouterConfig& c) { c.limits.max_grpc_message_bytes = 32 << 20; });
+    auto stub = v1::Generation::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", h->grpc_port()), grpc::InsecureChannelCredentials(), args));
+    grpc::ClientContext ctx;
+    v1::TokenizeResponse resp;
+    grpc::Status s = stub->Tokenize(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.ids_size(), resp.pieces_size());
+    EXPECT_GT(resp.ByteSizeLong(), size_t{4} << 20);
+  }
 }
 
 }  // namespace

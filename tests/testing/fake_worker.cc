@@ -86,7 +86,7 @@ class FakeWorker::Impl : public v1::Control::Service,
         }
       }
       if (ctx->IsCancelled() || Stopping()) {
-        End(true);
+        End(id, true);
         return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled before commit");
       }
       absl::SleepFor(absl::Milliseconds(2));
@@ -160,16 +160,23 @@ class FakeWorker::Impl : public v1::Control::Service,
     absl::MutexLock lock(&mu_);
     ++requests_;
     last_submit_ = req;
+    request_ids_.push_back(req.request_id());
     deadlines_.push_back(absl::FromChrono(ctx->deadline()));
     if (failure_ == Failure::kReserveUnavailable) {
       return absl::UnavailableError("fake decode worker has no KV blocks");
+    }
+    // Like the real decode worker: a request id is a key while live.
+    if (!live_ids_.insert(req.request_id()).second) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("request ", req.request_id(), " is already live on this worker"));
     }
     ++active_;
     return absl::OkStatus();
   }
 
-  void End(bool cancelled) {
+  void End(const std::string& id, bool cancelled) {
     absl::MutexLock lock(&mu_);
+    live_ids_.erase(id);
     --active_;
     cancelled_ += cancelled ? 1 : 0;
   }
@@ -195,14 +202,14 @@ class FakeWorker::Impl : public v1::Control::Service,
     }
     for (size_t i = 0; i < n; ++i) {
       if (static_cast<int>(i) == after && failure == Failure::kDieMidStream) {
-        End(false);
+        End(req.request_id(), false);
         return grpc::Status(grpc::StatusCode::UNAVAILABLE, "fake worker died mid-stream");
       }
       if (static_cast<int>(i) == after && failure == Failure::kHangMidStream) {
         while (!ctx->IsCancelled() && !Stopping()) {
           absl::SleepFor(absl::Milliseconds(5));
         }
-        End(ctx->IsCancelled());
+        End(req.request_id(), ctx->IsCancelled());
         return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while hanging");
       }
       // Sleep in small steps so a cancellation is seen promptly.
@@ -211,7 +218,7 @@ class FakeWorker::Impl : public v1::Control::Service,
         absl::SleepFor(absl::Milliseconds(1));
       }
       if (ctx->IsCancelled() || Stopping()) {
-        End(true);
+        End(req.request_id(), true);
         return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
       }
       v1::GenerateResponse m;
@@ -230,7 +237,7 @@ class FakeWorker::Impl : public v1::Control::Service,
         m.mutable_usage()->set_completion_tokens(static_cast<int32_t>(n));
       }
       if (!write(m)) {
-        End(true);
+        End(req.request_id(), true);
         return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
       }
     }
@@ -239,7 +246,7 @@ class FakeWorker::Impl : public v1::Control::Service,
       m.set_finish_reason(finish);
       write(m);
     }
-    End(false);
+    End(req.request_id(), false);
     return grpc::Status::OK;
   }
 
@@ -261,6 +268,8 @@ class FakeWorker::Impl : public v1::Control::Service,
   int active_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);
   v1::DecodeSubmit last_submit_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> request_ids_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> live_ids_ ABSL_GUARDED_BY(mu_);
 };
 
 std::unique_ptr<FakeWorker> FakeWorker::Start(Options options) {
@@ -333,6 +342,10 @@ int FakeWorker::active_streams() const {
 std::vector<absl::Time> FakeWorker::deadlines() const {
   absl::MutexLock lock(&impl_->mu_);
   return impl_->deadlines_;
+}
+std::vector<std::string> FakeWorker::request_ids() const {
+  absl::MutexLock lock(&impl_->mu_);
+  return impl_->request_ids_;
 }
 v1::DecodeSubmit FakeWorker::last_submit() const {
   absl::MutexLock lock(&impl_->mu_);

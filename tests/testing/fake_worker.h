@@ -65,6 +65,9 @@ class FakeWorker {
   int active_streams() const;
   std::vector<absl::Time> deadlines() const;  // of Reserve / Generate calls
   tandem::v1::DecodeSubmit last_submit() const;
+  // The request id of every Reserve / Generate call, in arrival order. A
+  // call whose id is live already fails ALREADY_EXISTS, as on a real worker.
+  std::vector<std::string> request_ids() const;
 
   // Internal (the gRPC services).
   class Impl;

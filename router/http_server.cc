@@ -15,6 +15,7 @@
 #include "router/api_error.h"
 #include "router/openai_request.h"
 #include "router/openai_response.h"
+#include "router/readiness.h"
 
 namespace tandem::router {
 namespace {
@@ -152,8 +153,12 @@ bool WriteStream(StreamState& st, httplib::DataSink& sink) {
 
 }  // namespace
 
-HttpServer::HttpServer(Router& router, base::MetricsRegistry& metrics)
-    : router_(router), metrics_(metrics), server_(std::make_unique<httplib::Server>()) {}
+HttpServer::HttpServer(Router& router, base::MetricsRegistry& metrics,
+                       std::function<absl::Status()> liveness)
+    : router_(router),
+      metrics_(metrics),
+      liveness_(std::move(liveness)),
+      server_(std::make_unique<httplib::Server>()) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -289,17 +294,43 @@ absl::Status HttpServer::Start(absl::string_view address) {
     res.set_content(ModelListJson(router_.catalog(), absl::ToUnixSeconds(absl::Now())),
                     "application/json");
   });
-  server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  auto readiness = [this](const httplib::Request&, httplib::Response& res) {
     std::shared_ptr<const RegistrySnapshot> snap = router_.snapshot();
     const absl::Time now = router_.clock().Now();
+    const std::vector<ModelReadiness> models =
+        CheckReadiness(router_.catalog(), router_.config().mode, *snap, now);
+    const bool ready = AllReady(models);
+    nlohmann::json per_model = nlohmann::json::array();
+    for (const ModelReadiness& m : models) {
+      per_model.push_back({{"model", m.model},
+                           {"ready", m.ready},
+                           {"reason", m.reason},
+                           {"workers",
+                            {{"prefill", m.prefill},
+                             {"decode", m.decode},
+                             {"colocated", m.colocated}}}});
+    }
     nlohmann::json body = {
-        {"status", "ok"},
+        {"status", ready ? "ok" : "unavailable"},
+        {"models", std::move(per_model)},
         {"inflight", router_.inflight()},
         {"workers",
          {{"prefill", snap->CountLive(WorkerRole::kPrefill, now)},
           {"decode", snap->CountLive(WorkerRole::kDecode, now)},
           {"colocated", snap->CountLive(WorkerRole::kColocated, now)},
           {"known", snap->workers.size()}}}};
+    res.status = ready ? 200 : 503;
+    res.set_content(body.dump(), "application/json");
+  };
+  server_->Get("/health", readiness);
+  server_->Get("/health/ready", readiness);
+  server_->Get("/health/live", [this](const httplib::Request&, httplib::Response& res) {
+    const absl::Status live = liveness_ ? liveness_() : absl::OkStatus();
+    nlohmann::json body = {{"status", live.ok() ? "ok" : "unavailable"}};
+    if (!live.ok()) {
+      body["reason"] = std::string(live.message());
+    }
+    res.status = live.ok() ? 200 : 503;
     res.set_content(body.dump(), "application/json");
   });
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {

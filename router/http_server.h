@@ -1,7 +1,12 @@
 #pragma once
 // The OpenAI-compatible HTTP front on cpp-httplib:
 //   POST /v1/completions, /v1/chat/completions  (JSON, or SSE with "stream")
-//   GET  /v1/models, /health, /metrics
+//   GET  /v1/models, /health, /health/ready, /health/live, /metrics
+// /health/ready (and /health, kept for old clients, with the same meaning):
+// 200 when every configured model can be served (see readiness.h), else 503;
+// the JSON body names each model, whether it is ready and why not, plus the
+// live worker counts. /health/live: 200 while `liveness` is OK (and an HTTP
+// thread answers at all), else 503 with the reason.
 // Errors are OpenAI error bodies {"error": {message, type, param, code}} with
 // the matching HTTP status (400 bad input, 429 + Retry-After at capacity, 503
 // no workers, 504 deadline). A failure after the stream started is sent as an
@@ -13,6 +18,7 @@
 // http_threads) so admission control, not the pool, decides who waits.
 // Start/Stop from one thread; handlers on pool threads.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -30,7 +36,10 @@ namespace tandem::router {
 
 class HttpServer {
  public:
-  HttpServer(Router& router, base::MetricsRegistry& metrics);
+  // `liveness` (any pool thread, must not block; null = always live) backs
+  // /health/live.
+  HttpServer(Router& router, base::MetricsRegistry& metrics,
+             std::function<absl::Status()> liveness = nullptr);
   ~HttpServer();  // Stop()s
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -45,6 +54,7 @@ class HttpServer {
  private:
   Router& router_;
   base::MetricsRegistry& metrics_;
+  const std::function<absl::Status()> liveness_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;

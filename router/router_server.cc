@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
+#include "router/readiness.h"
 
 namespace tandem::router {
 namespace {
@@ -15,10 +16,15 @@ namespace {
 // calls (ListModels, Tokenize) still running.
 constexpr std::chrono::seconds kGrpcShutdownDeadline(5);
 
+// The gRPC service whose health tracks readiness, besides the server's "".
+constexpr char kGenerationService[] = "tandem.v1.Generation";
+
 WorkerWatcher::Options WatcherOptions(const DiscoveryConfig& discovery,
-                                      std::atomic<Router*>* router) {
+                                      std::atomic<Router*>* router,
+                                      std::function<void(const RegistrySnapshot&)> on_publish) {
   WorkerWatcher::Options o;
   o.discovery = discovery;
+  o.on_publish = std::move(on_publish);
   o.on_departed = [router](const std::string& address, const absl::Status& why) {
     if (Router* r = router->load()) {
       r->OnWorkerDeparted(address, why);
@@ -38,11 +44,12 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterConfig 
 }
 
 RouterServer::RouterServer(RouterConfig config, ModelCatalog catalog)
-    : watcher_(WatcherOptions(config.discovery, &router_for_watcher_)),
+    : watcher_(WatcherOptions(config.discovery, &router_for_watcher_,
+                              [this](const RegistrySnapshot& s) { OnPublish(s); })),
       router_(std::move(config), std::move(catalog), [this] { return watcher_.snapshot(); },
               metrics_),
       service_(router_),
-      http_(router_, metrics_) {
+      http_(router_, metrics_, [this] { return Live(); }) {
   router_for_watcher_.store(&router_);
 }
 
@@ -63,7 +70,11 @@ absl::Status RouterServer::Start() {
     if (grpc_server_ == nullptr || grpc_port_ == 0) {
       return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", config.grpc_address));
     }
-    grpc_server_->GetHealthCheckService()->SetServingStatus(true);
+    absl::MutexLock lock(&health_mu_);
+    health_ = grpc_server_->GetHealthCheckService();
+    grpc_serving_ = false;
+    health_->SetServingStatus(false);
+    UpdateGrpcHealth(*watcher_.snapshot());
   }
   if (!config.http_address.empty()) {
     if (absl::Status s = http_.Start(config.http_address); !s.ok()) {
@@ -81,8 +92,12 @@ void RouterServer::Shutdown(absl::Duration grace) {
     return;
   }
   stopped_ = true;
-  if (grpc_server_ != nullptr) {
-    grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+  {
+    absl::MutexLock lock(&health_mu_);
+    if (health_ != nullptr) {
+      health_->SetServingStatus(false);
+      health_ = nullptr;  // draining: publishes no longer change it
+    }
   }
   router_.Shutdown(grace);
   http_.Stop();
@@ -91,6 +106,45 @@ void RouterServer::Shutdown(absl::Duration grace) {
   }
   router_for_watcher_.store(nullptr);
   watcher_.Stop();
+}
+
+absl::Status RouterServer::Live() const {
+  const absl::Duration since = router_.clock().Now() - watcher_.last_loop();
+  if (since > kWedgedAfter) {
+    return absl::UnavailableError(absl::StrCat("the worker watcher's control loop has not run for ",
+                                               absl::FormatDuration(since)));
+  }
+  return absl::OkStatus();
+}
+
+void RouterServer::OnPublish(const RegistrySnapshot& snapshot) {
+  absl::MutexLock lock(&health_mu_);
+  UpdateGrpcHealth(snapshot);
+}
+
+void RouterServer::UpdateGrpcHealth(const RegistrySnapshot& snapshot) {
+  if (health_ == nullptr) {
+    return;
+  }
+  const std::vector<ModelReadiness> models =
+      CheckReadiness(router_.catalog(), router_.config().mode, snapshot, router_.clock().Now());
+  const bool ready = AllReady(models);
+  if (ready == grpc_serving_) {
+    return;
+  }
+  grpc_serving_ = ready;
+  health_->SetServingStatus(ready);
+  health_->SetServingStatus(kGenerationService, ready);
+  if (ready) {
+    LOG(INFO) << "router: ready; grpc.health.v1 SERVING";
+    return;
+  }
+  for (const ModelReadiness& m : models) {
+    if (!m.ready) {
+      LOG(WARNING) << "router: model " << m.model << " cannot be served: " << m.reason
+                   << "; grpc.health.v1 NOT_SERVING";
+    }
+  }
 }
 
 }  // namespace tandem::router

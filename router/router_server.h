@@ -5,6 +5,13 @@
 // thread), the Router, the public gRPC server (tandem.v1.Generation plus
 // grpc.health.v1) and the OpenAI HTTP front (which also serves /metrics).
 //
+// Health: grpc.health.v1 (the server as a whole, "", and
+// "tandem.v1.Generation") says SERVING while every configured model can be
+// served (readiness.h), NOT_SERVING otherwise and from Shutdown on; it
+// follows each snapshot the watcher publishes. HTTP /health/ready and /health
+// report the same per model; /health/live and Live() fail when the watcher's
+// control loop has not gone round for kWedgedAfter.
+//
 // Lifecycle: Create -> Start -> Shutdown (also run by the destructor). Ports
 // given as 0 in the config are picked by the OS; grpc_port() / http_port()
 // say which after Start.
@@ -19,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/metrics.h"
 #include "router/config.h"
@@ -52,6 +60,11 @@ class RouterServer {
   // before Start.
   void Shutdown(absl::Duration grace);
 
+  // Any thread. OK while the serving threads respond (the watcher's control
+  // loop went round within kWedgedAfter); Unavailable saying which is stuck.
+  absl::Status Live() const;
+  static constexpr absl::Duration kWedgedAfter = absl::Seconds(5);
+
   // The bound ports after Start (0 for a front that is off).
   int grpc_port() const { return grpc_port_; }
   int http_port() const { return http_.port(); }
@@ -62,6 +75,10 @@ class RouterServer {
 
  private:
   RouterServer(RouterConfig config, ModelCatalog catalog);
+  // Control thread (the watcher's on_publish): grpc.health.v1 follows readiness.
+  void OnPublish(const RegistrySnapshot& snapshot);
+  // Sets grpc.health.v1 from `snapshot` unless draining.
+  void UpdateGrpcHealth(const RegistrySnapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(health_mu_);
 
   // First: the Router and the HTTP front hold references into it.
   base::MetricsRegistry metrics_;
@@ -74,6 +91,10 @@ class RouterServer {
   HttpServer http_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int grpc_port_ = 0;
+  absl::Mutex health_mu_;
+  // Set once gRPC serves; null again from Shutdown.
+  grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(health_mu_) = nullptr;
+  bool grpc_serving_ ABSL_GUARDED_BY(health_mu_) = false;
   bool started_ = false;
   bool stopped_ = false;
 };

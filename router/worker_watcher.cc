@@ -148,6 +148,10 @@ void WorkerWatcher::Start() {
     return;
   }
   started_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    last_loop_ = options_.clock->Now();
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -176,6 +180,7 @@ void WorkerWatcher::Loop() {
     {
       absl::MutexLock lock(&mu_);
       stopping = stopping_;
+      last_loop_ = options_.clock->Now();
     }
     if (stopping) {
       if (!cancelled_all) {
@@ -339,6 +344,11 @@ void WorkerWatcher::HandleStreamDone(WatchStream* stream, const std::string& add
   t.backoff = std::min(t.backoff * 2, options_.discovery.backoff_max);
   VLOG(1) << "router: watch stream to " << address << " ended: " << status;
   dirty_ = true;
+}
+
+absl::Time WorkerWatcher::last_loop() const {
+  absl::MutexLock lock(&mu_);
+  return last_loop_;
 }
 
 void WorkerWatcher::Publish() {

@@ -67,6 +67,9 @@ class WorkerWatcher {
 
   // Any thread. The latest snapshot (never null).
   std::shared_ptr<const RegistrySnapshot> snapshot() const;
+  // Any thread. When the control loop last went round (Start() counts as
+  // one; it goes round every `tick`): long ago means the loop is wedged.
+  absl::Time last_loop() const;
 
  private:
   class WatchStream;
@@ -106,6 +109,7 @@ class WorkerWatcher {
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<const RegistrySnapshot> snapshot_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_loop_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace tandem::router

@@ -688,7 +688,7 @@ std::vector<UpProcess> UpProcesses(const std::string& output) {
   return out;
 }
 
-// Live workers the router's /health counts.
+// Live workers the router's /health (readiness) counts, ready or not.
 int RouterLiveWorkers(const std::string& http_address) {
   const size_t colon = http_address.rfind(':');
   int port = 0;
@@ -699,7 +699,9 @@ int RouterLiveWorkers(const std::string& http_address) {
   httplib::Client cli(http_address.substr(0, colon), port);
   cli.set_read_timeout(5, 0);
   auto res = cli.Get("/health");
-  if (!res || res->status != 200) {
+  // 503 is an honest answer here (a model lost its last worker of a role);
+  // the body counts live workers either way.
+  if (!res || (res->status != 200 && res->status != 503)) {
     return -1;
   }
   json h = json::parse(res->body);

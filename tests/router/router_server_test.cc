@@ -1,5 +1,6 @@
 // RouterServer, the assembly tandem-router runs: ports picked by the OS and
-// reported after Start, grpc.health.v1 SERVING while up, the HTTP front
+// reported after Start, grpc.health.v1 SERVING while up and ready (NOT_SERVING
+// without workers), the HTTP front
 // optional, bind and model-load failures reported, Shutdown idempotent.
 // The request path through it is router_service_test (via RouterHarness).
 
@@ -32,6 +33,30 @@ RouterConfig LocalConfig() {
   return c;
 }
 
+// A config whose one model a live colocated worker serves: the router is
+// ready (grpc.health.v1 SERVING) once the watcher has seen it.
+RouterConfig ServedConfig(const testing::FakeWorker& worker) {
+  RouterConfig c = LocalConfig();
+  c.discovery.static_workers = {worker.address()};
+  return c;
+}
+
+std::unique_ptr<testing::FakeWorker> ColocatedWorker() {
+  testing::FakeWorker::Options wo;
+  wo.role = v1::WORKER_ROLE_COLOCATED;
+  return testing::FakeWorker::Start(wo);
+}
+
+// grpc.health.v1 SERVING within 5 s (the watcher first has to see a worker).
+absl::Status AwaitServing(const std::string& grpc_address) {
+  absl::Status s;
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while (!(s = cli::CheckHealth(grpc_address, absl::Seconds(1))).ok() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return s;
+}
+
 std::unique_ptr<RouterServer> MustCreate(RouterConfig config) {
   absl::StatusOr<std::unique_ptr<RouterServer>> s = RouterServer::Create(std::move(config));
   EXPECT_TRUE(s.ok()) << s.status();
@@ -39,7 +64,9 @@ std::unique_ptr<RouterServer> MustCreate(RouterConfig config) {
 }
 
 TEST(RouterServerTest, ServesBothFrontsAndHealthOnPickedPortsUntilShutdown) {
-  std::unique_ptr<RouterServer> server = MustCreate(LocalConfig());
+  std::unique_ptr<testing::FakeWorker> worker = ColocatedWorker();
+  ASSERT_NE(worker, nullptr);
+  std::unique_ptr<RouterServer> server = MustCreate(ServedConfig(*worker));
   ASSERT_NE(server, nullptr);
   ASSERT_OK(server->Start());
   ASSERT_GT(server->grpc_port(), 0);
@@ -47,7 +74,7 @@ TEST(RouterServerTest, ServesBothFrontsAndHealthOnPickedPortsUntilShutdown) {
   EXPECT_NE(server->grpc_port(), server->http_port());
   const std::string grpc_address = absl::StrCat("127.0.0.1:", server->grpc_port());
 
-  EXPECT_OK(cli::CheckHealth(grpc_address, absl::Seconds(5)));
+  EXPECT_OK(AwaitServing(grpc_address));
   auto stub = v1::Generation::NewStub(
       grpc::CreateChannel(grpc_address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
@@ -89,19 +116,42 @@ TEST(RouterServerTest, RoutesToConfiguredWorkers) {
 }
 
 TEST(RouterServerTest, HttpOffServesGrpcOnly) {
-  RouterConfig config = LocalConfig();
+  std::unique_ptr<testing::FakeWorker> worker = ColocatedWorker();
+  ASSERT_NE(worker, nullptr);
+  RouterConfig config = ServedConfig(*worker);
   config.http_address = "";
   std::unique_ptr<RouterServer> server = MustCreate(config);
   ASSERT_NE(server, nullptr);
   ASSERT_OK(server->Start());
   EXPECT_GT(server->grpc_port(), 0);
   EXPECT_EQ(server->http_port(), 0);
-  EXPECT_OK(cli::CheckHealth(absl::StrCat("127.0.0.1:", server->grpc_port()), absl::Seconds(5)));
+  EXPECT_OK(AwaitServing(absl::StrCat("127.0.0.1:", server->grpc_port())));
+}
+
+// No worker can serve the model: the router is up (live) but not ready, and
+// says so on both fronts instead of reporting SERVING / 200.
+TEST(RouterServerTest, WithoutWorkersIsLiveButNotReady) {
+  std::unique_ptr<RouterServer> server = MustCreate(LocalConfig());
+  ASSERT_NE(server, nullptr);
+  ASSERT_OK(server->Start());
+  EXPECT_THAT(cli::CheckHealth(absl::StrCat("127.0.0.1:", server->grpc_port()), absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("not serving (status 2)")));
+  httplib::Client http("127.0.0.1", server->http_port());
+  auto ready = http.Get("/health/ready");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_THAT(ready->body, HasSubstr("no live prefill or decode worker and no live colocated worker"));
+  auto live = http.Get("/health/live");
+  ASSERT_TRUE(live);
+  EXPECT_EQ(live->status, 200);
+  EXPECT_OK(server->Live());
 }
 
 // 192.0.2.1 (TEST-NET-1) is never a local address: binding it fails.
 TEST(RouterServerTest, UnbindableHttpAddressFailsStart) {
-  RouterConfig config = LocalConfig();
+  std::unique_ptr<testing::FakeWorker> worker = ColocatedWorker();
+  ASSERT_NE(worker, nullptr);
+  RouterConfig config = ServedConfig(*worker);
   config.http_address = "192.0.2.1:0";
   std::unique_ptr<RouterServer> server = MustCreate(config);
   ASSERT_NE(server, nullptr);
@@ -109,7 +159,7 @@ TEST(RouterServerTest, UnbindableHttpAddressFailsStart) {
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("cannot bind HTTP on 192.0.2.1")));
   // gRPC did start: it serves until Shutdown, which tears down what started.
   const std::string grpc_address = absl::StrCat("127.0.0.1:", server->grpc_port());
-  EXPECT_OK(cli::CheckHealth(grpc_address, absl::Seconds(5)));
+  EXPECT_OK(AwaitServing(grpc_address));
   server->Shutdown(absl::ZeroDuration());
   EXPECT_THAT(cli::CheckHealth(grpc_address, absl::Seconds(1)),
               StatusIs(absl::StatusCode::kUnavailable, ::testing::_));

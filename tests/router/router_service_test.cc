@@ -14,11 +14,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "router/cli/health_client.h"
 #include "router/request.h"
 #include "tests/router/router_harness.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/fake_worker.h"
 #include "tests/testing/sse.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tandem::router {
 namespace {
@@ -29,6 +31,7 @@ using testing::FakeWorker;
 using testing::RouterHarness;
 using ::tandem::testing::Eventually;
 using ::tandem::testing::SseData;
+using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -497,6 +500,76 @@ TEST_F(RouterServiceTest, HttpCompletionsAndChat) {
   std::string prompt = tok().Decode(
       std::vector<int32_t>(submit.prompt_ids().begin(), submit.prompt_ids().end()));
   EXPECT_THAT(prompt, HasSubstr("user\nHi"));
+}
+
+// Readiness follows the workers: a model with no live decode worker (and no
+// colocated one) cannot be served, so /health/ready and /health answer 503
+// naming it and the missing role, and grpc.health.v1 says NOT_SERVING; once
+// a decode worker is back both recover. Liveness stays 200 throughout.
+TEST_F(RouterServiceTest, ReadinessFollowsWorkersAndLivenessStaysUp) {
+  auto p = Worker(v1::WORKER_ROLE_PREFILL);
+  auto d = Worker(v1::WORKER_ROLE_DECODE);
+  const int decode_port = d->port();
+  auto h = Router({p->address(), d->address()}, [](RouterConfig& c) {
+    c.mode = RoutingMode::kDisaggregated;
+    c.discovery.heartbeat_timeout = absl::Milliseconds(500);
+  });
+  ASSERT_TRUE(h->WaitForLive(2));
+  httplib::Client cli("127.0.0.1", h->http_port());
+  const std::string grpc_address = absl::StrCat("127.0.0.1:", h->grpc_port());
+  const absl::Duration kPoll = absl::Milliseconds(20);
+  auto status_of = [&cli](const char* path) {
+    auto res = cli.Get(path);
+    return res ? res->status : -1;
+  };
+
+  EXPECT_TRUE(Eventually([&] { return status_of("/health/ready") == 200; }, "ready with a live pair",
+                         absl::Seconds(2), kPoll));
+  EXPECT_EQ(status_of("/health"), 200);
+  EXPECT_EQ(status_of("/health/live"), 200);
+  EXPECT_OK(cli::CheckHealth(grpc_address, absl::Seconds(5)));
+
+  d->Shutdown();
+  d.reset();
+  const absl::Time killed = absl::Now();
+  EXPECT_TRUE(Eventually([&] { return status_of("/health/ready") == 503; },
+                         "not ready once the only decode worker died", absl::Seconds(2), kPoll));
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(2));
+  auto ready = cli.Get("/health/ready");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+  json body = json::parse(ready->body);
+  EXPECT_EQ(body["status"], "unavailable");
+  ASSERT_EQ(body["models"].size(), 1u) << ready->body;
+  EXPECT_EQ(body["models"][0]["model"], "stories260K");
+  EXPECT_EQ(body["models"][0]["ready"], false);
+  EXPECT_THAT(body["models"][0]["reason"].get<std::string>(), HasSubstr("no live decode worker"));
+  EXPECT_EQ(body["workers"]["prefill"], 1);
+  EXPECT_EQ(body["workers"]["decode"], 0);
+  auto legacy = cli.Get("/health");
+  ASSERT_TRUE(legacy);
+  EXPECT_EQ(legacy->status, 503) << "/health is readiness";
+  EXPECT_THAT(legacy->body, HasSubstr("no live decode worker"));
+  EXPECT_EQ(status_of("/health/live"), 200);
+  EXPECT_TRUE(Eventually([&] { return !cli::CheckHealth(grpc_address, absl::Seconds(1)).ok(); },
+                         "grpc.health.v1 NOT_SERVING", absl::Seconds(2), kPoll));
+  EXPECT_THAT(cli::CheckHealth(grpc_address, absl::Seconds(1)),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("status 2")))
+      << "grpc.health.v1 NOT_SERVING";
+
+  FakeWorker::Options o;
+  o.role = v1::WORKER_ROLE_DECODE;
+  o.port = decode_port;
+  std::unique_ptr<FakeWorker> back = FakeWorker::Start(o);
+  ASSERT_NE(back, nullptr);
+  back->SetScript(Ids("Hello world. The end."));
+  EXPECT_TRUE(Eventually([&] { return status_of("/health/ready") == 200; },
+                         "ready again with the decode worker back", absl::Seconds(5), kPoll));
+  EXPECT_EQ(status_of("/health"), 200);
+  EXPECT_EQ(status_of("/health/live"), 200);
+  EXPECT_TRUE(Eventually([&] { return cli::CheckHealth(grpc_address, absl::Seconds(1)).ok(); },
+                         "grpc.health.v1 SERVING again", absl::Seconds(5), kPoll));
+  EXPECT_TRUE(Generate(h->stub(), TextRequest("Once")).status.ok());
 }
 
 TEST_F(RouterServiceTest, ModelsTokenizeHealthAndMetrics) {

@@ -126,9 +126,15 @@ def main():
         base = f"http://127.0.0.1:{hport}"
         deadline = time.time() + 30
         while True:
-            with urllib.request.urlopen(base + "/health", timeout=5) as r:
-                if json.loads(r.read())["workers"]["colocated"] == 1:
-                    break
+            # /health is readiness: 503 (naming why) until the router sees a live worker.
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=5) as r:
+                    health = json.loads(r.read())
+                    if health["workers"]["colocated"] == 1 and health["status"] == "ok":
+                        break
+            except urllib.error.HTTPError as e:
+                if e.code != 503:
+                    raise
             if time.time() > deadline:
                 raise RuntimeError("the router never saw the worker:\n" + router.tail())
             time.sleep(0.05)

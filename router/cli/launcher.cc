@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -131,6 +132,13 @@ absl::Status ClusterSpec::Validate() const {
     return absl::InvalidArgumentError(
         "no workers: set prefill + decode replicas, or colocated replicas");
   }
+  if (restart.max_failures < 0) {
+    return absl::InvalidArgumentError("restart.max_failures must be >= 0");
+  }
+  if (restart.backoff <= absl::ZeroDuration() || restart.max_backoff < restart.backoff) {
+    return absl::InvalidArgumentError(
+        "restart.backoff must be > 0 and restart.max_backoff >= restart.backoff");
+  }
   if (grpc_port < 0 || grpc_port > 65535 || http_port < 0 || http_port > 65535) {
     return absl::InvalidArgumentError("router.grpc_port / router.http_port out of range");
   }
@@ -141,7 +149,7 @@ absl::StatusOr<ClusterSpec> ParseClusterYaml(absl::string_view yaml, absl::strin
   ASSIGN_OR_RETURN(YAML::Node root, internal::LoadYaml(yaml));
   RETURN_IF_ERROR(CheckKeys(root, "",
                             {"model", "host", "bin_dir", "log_dir", "health_timeout", "grace",
-                             "router", "prefill", "decode", "colocated"}));
+                             "restart", "router", "prefill", "decode", "colocated"}));
   ClusterSpec spec;
   RETURN_IF_ERROR(internal::ReadString(root, "model", "", &spec.model));
   RETURN_IF_ERROR(internal::ReadString(root, "host", "", &spec.host));
@@ -149,6 +157,15 @@ absl::StatusOr<ClusterSpec> ParseClusterYaml(absl::string_view yaml, absl::strin
   RETURN_IF_ERROR(internal::ReadString(root, "log_dir", "", &spec.log_dir));
   RETURN_IF_ERROR(internal::ReadDuration(root, "health_timeout", "", &spec.health_timeout));
   RETURN_IF_ERROR(internal::ReadDuration(root, "grace", "", &spec.grace));
+  if (root && root.IsMap() && root["restart"]) {
+    const YAML::Node r = root["restart"];
+    RETURN_IF_ERROR(
+        CheckKeys(r, "restart", {"max_failures", "backoff", "max_backoff", "reset_after"}));
+    RETURN_IF_ERROR(internal::ReadInt32(r, "max_failures", "restart", &spec.restart.max_failures));
+    RETURN_IF_ERROR(internal::ReadDuration(r, "backoff", "restart", &spec.restart.backoff));
+    RETURN_IF_ERROR(internal::ReadDuration(r, "max_backoff", "restart", &spec.restart.max_backoff));
+    RETURN_IF_ERROR(internal::ReadDuration(r, "reset_after", "restart", &spec.restart.reset_after));
+  }
   spec.model = Resolve(spec.model, base_dir);
   spec.bin_dir = Resolve(spec.bin_dir, base_dir);
   spec.log_dir = Resolve(spec.log_dir, base_dir);
@@ -214,22 +231,15 @@ absl::Status Cluster::Launch(Process& p) {
   close(log_fd);
   p.pid = pid;
   p.running = true;
+  p.ready = false;
+  p.started = absl::Now();
   return absl::OkStatus();
 }
 
-absl::Status Cluster::AwaitReady(Process& p, absl::Time give_up, std::ostream& log) {
-  std::optional<std::map<std::string, std::string>> ready;
-  while (!(ready = ReadyFields(p.log_path)).has_value()) {
-    Reap(log);
-    if (!p.running) {
-      return ExitedError(p, "before printing its READY line");
-    }
-    if (absl::Now() > give_up) {
-      return absl::DeadlineExceededError(absl::StrCat(p.name, " printed no READY line within ",
-                                                      absl::FormatDuration(spec_.health_timeout),
-                                                      "; see ", p.log_path));
-    }
-    absl::SleepFor(absl::Milliseconds(20));
+absl::StatusOr<bool> Cluster::CheckReady(Process& p) {
+  std::optional<std::map<std::string, std::string>> ready = ReadyFields(p.log_path);
+  if (!ready.has_value()) {
+    return false;
   }
   // The router reports grpc_port and http_port, a worker grpc_port and metrics_port.
   const bool is_router = p.name == "router";
@@ -243,7 +253,27 @@ absl::Status Cluster::AwaitReady(Process& p, absl::Time give_up, std::ostream& l
     }
     *addresses[i] = absl::StrCat(spec_.host, ":", port);
   }
-  return absl::OkStatus();
+  p.ready = true;
+  return true;
+}
+
+absl::Status Cluster::AwaitReady(Process& p, absl::Time give_up, std::ostream& log) {
+  while (true) {
+    ASSIGN_OR_RETURN(const bool ready, CheckReady(p));
+    if (ready) {
+      return absl::OkStatus();
+    }
+    Reap(log);
+    if (!p.running) {
+      return ExitedError(p, "before printing its READY line");
+    }
+    if (absl::Now() > give_up) {
+      return absl::DeadlineExceededError(absl::StrCat(p.name, " printed no READY line within ",
+                                                      absl::FormatDuration(spec_.health_timeout),
+                                                      "; see ", p.log_path));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
 }
 
 absl::Status Cluster::ExitedError(const Process& p, absl::string_view when) const {
@@ -437,22 +467,123 @@ int Cluster::Reap(std::ostream& log) {
       p.running = false;
       p.exit_status = status;
       ++died;
-      if (!stopped_) {
-        log << "tandem up: " << p.name << " (pid " << p.pid << ") " << Describe(status)
-            << "; see " << p.log_path << "\n";
-        log.flush();
+      if (stopped_) {
+        continue;
       }
+      log << "tandem up: " << p.name << " (pid " << p.pid << ") " << Describe(status)
+          << "; see " << p.log_path << "\n";
+      if (supervising_) {
+        ScheduleRestart(p, log);
+      }
+      log.flush();
     }
   }
   return died;
 }
 
+void Cluster::ScheduleRestart(Process& p, std::ostream& log) {
+  const RestartPolicy& policy = spec_.restart;
+  const absl::Time now = absl::Now();
+  if (p.ready && now - p.started >= policy.reset_after) {
+    p.failures = 0;  // it had been up a while: a fresh run of failures
+  }
+  if (p.failures == 0) {
+    p.backoff = policy.backoff;
+  }
+  ++p.failures;
+  if (p.failures > policy.max_failures) {
+    p.gave_up = true;
+    log << "tandem up: giving up on " << p.name << " after " << policy.max_failures
+        << " restart(s) (restart.max_failures): it died each time within "
+        << absl::FormatDuration(policy.reset_after) << " of starting; it stays down; see "
+        << p.log_path << "\n";
+    return;
+  }
+  p.restart_at = now + p.backoff;
+  log << "tandem up: restarting " << p.name << " in " << absl::FormatDuration(p.backoff)
+      << " (attempt " << p.failures << " of " << policy.max_failures << ")\n";
+  p.backoff = std::min(p.backoff * 2, policy.max_backoff);
+}
+
+absl::Status Cluster::PinPorts(const Process& p) const {
+  YAML::Node c;
+  try {
+    c = YAML::LoadFile(p.config_path);
+  } catch (const YAML::Exception& e) {
+    return absl::InternalError(absl::StrCat("cannot read ", p.config_path, ": ", e.what()));
+  }
+  if (p.name == "router") {
+    c["grpc_address"] = p.grpc_address;
+    c["http_address"] = p.http_address;
+  } else {
+    // The router's static worker list holds this address.
+    c["listen"] = p.grpc_address;
+    const size_t colon = p.metrics_address.rfind(':');
+    int port = 0;
+    if (colon != std::string::npos &&
+        absl::SimpleAtoi(p.metrics_address.substr(colon + 1), &port)) {
+      c["metrics_port"] = port;
+    }
+  }
+  YAML::Emitter e;
+  e << c;
+  return WriteFile(p.config_path, std::string(e.c_str()) + "\n");
+}
+
+void Cluster::Restart(std::ostream& log) {
+  const absl::Time now = absl::Now();
+  for (Process& p : procs_) {
+    if (p.running && !p.ready) {  // restarted, not READY yet
+      absl::StatusOr<bool> ready = CheckReady(p);
+      if (ready.ok() && *ready) {
+        p.ready_by = absl::InfiniteFuture();
+        log << "tandem up: " << p.name << " restarted (attempt " << p.failures << "): pid " << p.pid
+            << ", gRPC " << p.grpc_address << "\n";
+        log.flush();
+      } else if (!ready.ok() || now > p.ready_by) {
+        log << "tandem up: " << p.name << " (pid " << p.pid << ") "
+            << (ready.ok() ? absl::StrCat("printed no READY line within ",
+                                          absl::FormatDuration(spec_.health_timeout))
+                           : std::string(ready.status().message()))
+            << "; killing it\n";
+        kill(p.pid, SIGKILL);  // reaped, and counted as a failure, by Reap()
+      }
+      continue;
+    }
+    if (p.running || p.gave_up || now < p.restart_at) {
+      continue;
+    }
+    p.restart_at = absl::InfiniteFuture();
+    ++p.restarts;
+    // Keep the dead process's log beside the new one.
+    const std::string kept = absl::StrCat(p.log_path, ".", p.restarts);
+    std::error_code ec;
+    fs::rename(p.log_path, kept, ec);
+    absl::Status s = PinPorts(p);
+    if (s.ok()) {
+      s = Launch(p);
+    }
+    if (!s.ok()) {
+      log << "tandem up: cannot restart " << p.name << ": " << s << "\n";
+      ScheduleRestart(p, log);
+      continue;
+    }
+    p.ready_by = now + spec_.health_timeout;
+    log << "tandem up: started " << p.name << " again (pid " << p.pid << "), previous log in "
+        << kept << "\n";
+    log.flush();
+  }
+}
+
 int Cluster::Supervise(const std::function<bool()>& should_stop, std::ostream& log) {
   int died = 0;
+  supervising_ = true;
   while (!should_stop()) {
     died += Reap(log);
+    Restart(log);
   }
   died += Reap(log);
+  supervising_ = false;
   return died;
 }
 

@@ -4,9 +4,11 @@
 // file, each listening on port 0 and reporting the ports it bound on its
 // READY line (the workers first: the router's config lists their addresses),
 // waits until every process answers grpc.health.v1 and the router sees every
-// worker, prints the endpoints, reports workers that die, and on SIGINT /
-// SIGTERM stops everything (router first, then workers; SIGKILL after the
-// grace period).
+// worker, prints the endpoints, restarts a process that dies (on the ports it
+// had, so the router's static worker list, and clients, still reach it; with
+// exponential backoff; giving up after `restart.max_failures` rapid failures
+// in a row), and on SIGINT / SIGTERM stops everything without restarts
+// (router first, then workers; SIGKILL after the grace period).
 //
 // Cluster YAML (paths relative to the file):
 //
@@ -16,6 +18,11 @@
 //   log_dir: ""                     # per-process logs; "" = a fresh temp dir
 //   health_timeout: 120s            # for the whole cluster to come up
 //   grace: 15s                      # shutdown: SIGTERM -> SIGKILL
+//   restart:                        # a process that dies is started again
+//     max_failures: 5               #   rapid failures in a row, then give up (0 = never restart)
+//     backoff: 500ms                #   before the first restart, doubling each time ...
+//     max_backoff: 30s              #   ... up to this
+//     reset_after: 60s              #   up this long: the next failure counts as the first
 //   router:                         # router/config.h keys; tandem up fills in
 //     grpc_port: 0                  #   grpc_address / http_address (0 = any free port),
 //     http_port: 0                  #   models (from `model`) and workers.static
@@ -49,6 +56,13 @@ struct RoleSpec {
   YAML::Node config;   // worker config keys, passed through
 };
 
+struct RestartPolicy {
+  int32_t max_failures = 5;
+  absl::Duration backoff = absl::Milliseconds(500);
+  absl::Duration max_backoff = absl::Seconds(30);
+  absl::Duration reset_after = absl::Seconds(60);
+};
+
 struct ClusterSpec {
   std::string model;            // absolute or relative to the working directory
   std::string host = "127.0.0.1";
@@ -56,6 +70,7 @@ struct ClusterSpec {
   std::string log_dir;
   absl::Duration health_timeout = absl::Seconds(120);
   absl::Duration grace = absl::Seconds(15);
+  RestartPolicy restart;
   int grpc_port = 0;
   int http_port = 0;
   YAML::Node router;            // router config keys, passed through
@@ -64,7 +79,7 @@ struct ClusterSpec {
   RoleSpec colocated;
 
   // InvalidArgument naming the field: no model, no workers, prefill without
-  // decode (or the reverse), negative replicas.
+  // decode (or the reverse), negative replicas, a bad restart policy.
   absl::Status Validate() const;
 };
 
@@ -85,6 +100,15 @@ class Cluster {
     pid_t pid = -1;
     bool running = false;
     int exit_status = 0;
+    // Supervision.
+    bool ready = false;          // printed its READY line since it was (re)started
+    absl::Time started = absl::InfinitePast();
+    absl::Time ready_by = absl::InfiniteFuture();     // restarted: killed if not READY by then
+    absl::Time restart_at = absl::InfiniteFuture();   // dead: started again at this time
+    absl::Duration backoff;      // the wait before the next restart
+    int failures = 0;            // rapid failures in a row
+    int restarts = 0;            // restarts so far
+    bool gave_up = false;        // too many rapid failures: left dead
   };
 
   explicit Cluster(ClusterSpec spec) : spec_(std::move(spec)) {}
@@ -97,7 +121,8 @@ class Cluster {
   absl::Status Start(std::ostream& log);
   // The endpoints, one process per line.
   void PrintEndpoints(std::ostream& out) const;
-  // Runs until `should_stop()` returns true; reports processes that exit.
+  // Runs until `should_stop()` returns true (call it often: it is the loop's
+  // wait); reports processes that exit and restarts them (spec.restart).
   // Returns how many processes died on their own.
   int Supervise(const std::function<bool()>& should_stop, std::ostream& log);
   // SIGTERM to the router, then workers; SIGKILL after spec.grace. Idempotent.
@@ -117,12 +142,23 @@ class Cluster {
   absl::Status AwaitReady(Process& p, absl::Time give_up, std::ostream& log);
   // Unavailable: `p` exited (`when`), with the end of its log.
   absl::Status ExitedError(const Process& p, absl::string_view when) const;
-  // Reaps exited children; reports each once.
+  // Reaps exited children; reports each once. While supervising, schedules
+  // the restart of each (or gives up on it).
   int Reap(std::ostream& log);
+  // Whether `p` has printed its READY line; if so sets its addresses from it.
+  absl::StatusOr<bool> CheckReady(Process& p);
+  // `p` died on its own: schedules its restart with backoff, or gives up.
+  void ScheduleRestart(Process& p, std::ostream& log);
+  // Starts the processes whose restart is due, on their previous ports, and
+  // reports the restarted ones that became ready (or kills those too late).
+  void Restart(std::ostream& log);
+  // Rewrites `p`'s config to listen on the ports it had bound.
+  absl::Status PinPorts(const Process& p) const;
 
   ClusterSpec spec_;
   std::vector<Process> procs_;   // workers first, the router last
   bool stopped_ = false;
+  bool supervising_ = false;
 };
 
 }  // namespace tandem::router::cli

@@ -9,8 +9,9 @@
 //
 //   tandem up CONFIG.yaml
 //       starts a router and workers on loopback (router/cli/launcher.h has the
-//       schema), prints the endpoints once all are healthy, reports workers
-//       that die, and stops everything on Ctrl-C / SIGTERM.
+//       schema), prints the endpoints once all are healthy, restarts a
+//       process that dies (backoff; `restart:` in the YAML), and stops
+//       everything on Ctrl-C / SIGTERM.
 
 #include <signal.h>
 

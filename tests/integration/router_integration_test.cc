@@ -709,10 +709,49 @@ int RouterLiveWorkers(const std::string& http_address) {
          h["workers"]["colocated"].get<int>();
 }
 
+// `deploy_config` (a deploy/local file) under the test's temp dir, with the
+// model's absolute path and `extra` YAML appended.
+std::string CopyConfig(const std::string& deploy_config, const std::string& extra) {
+  std::ifstream in(deploy_config);
+  std::string out;
+  for (std::string line; std::getline(in, line);) {
+    out += absl::StartsWith(line, "model:") ? absl::StrCat("model: ", Model()) : line;
+    out += "\n";
+  }
+  const std::string path = absl::StrCat(tandem::testing::TempDir(), "/",
+                                        std::filesystem::path(deploy_config).filename().string());
+  std::ofstream(path) << out << extra;
+  return path;
+}
+
+// The pid on tandem up's log line "tandem up: NAME restarted (...): pid N, ...",
+// once it is there; -1 before.
+pid_t RestartedPid(const ChildProcess& up, const std::string& name) {
+  const std::string log = up.Tail(1 << 20);
+  const std::string marker = absl::StrCat("tandem up: ", name, " restarted ");
+  const size_t at = log.rfind(marker);
+  if (at == std::string::npos) {
+    return -1;
+  }
+  const std::string line = log.substr(at, log.find('\n', at) - at);
+  const size_t pid_at = line.find(": pid ");
+  pid_t pid = -1;
+  if (pid_at == std::string::npos ||
+      !absl::SimpleAtoi(line.substr(pid_at + 6, line.find(',', pid_at) - pid_at - 6), &pid)) {
+    ADD_FAILURE() << "no pid on '" << line << "'";
+  }
+  return pid;
+}
+
 // `tandem up CONFIG` starts a router and `workers` workers of `roles`; a
-// request goes through; a SIGKILLed worker leaves the router's rotation
-// while tandem up keeps supervising; SIGTERM stops every process (exit 0).
-void TandemUp(const std::string& config, int workers, const std::multiset<v1::WorkerRole>& roles) {
+// request goes through; a SIGKILLed worker leaves the router's rotation,
+// tandem up restarts it (after restart.backoff) on its address, the router
+// picks it up again and requests go through; SIGTERM stops every process
+// (exit 0).
+void TandemUp(const std::string& deploy_config, int workers,
+              const std::multiset<v1::WorkerRole>& roles) {
+  // A 2 s backoff: long enough to see the router drop the dead worker first.
+  const std::string config = CopyConfig(deploy_config, "restart:\n  backoff: 2s\n");
   absl::StatusOr<std::unique_ptr<ChildProcess>> up =
       ChildProcess::Start(Logged({TANDEM_CLI_BIN, "up", config}));
   ASSERT_TRUE(up.ok()) << up.status();
@@ -753,8 +792,9 @@ void TandemUp(const std::string& config, int workers, const std::multiset<v1::Wo
   GrpcResult r = Generate(address, BosOnly(16));
   ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\n" << p.Tail();
   EXPECT_EQ(r.ids.size(), 16u);
-  // Kill one worker: the router drops it; tandem up keeps supervising.
-  const UpProcess& victim = procs[1];
+  // Kill one worker (the decode one when disaggregated): the router drops it;
+  // tandem up keeps supervising.
+  const UpProcess& victim = procs.back();
   ASSERT_GT(victim.pid, 0) << p.output();
   kill(victim.pid, SIGKILL);
   absl::StatusOr<v1::WorkerRole> gone = WatchedRole(victim.grpc_address);
@@ -774,6 +814,30 @@ void TandemUp(const std::string& config, int workers, const std::multiset<v1::Wo
               StatusIs(absl::StatusCode::kDeadlineExceeded, ::testing::_))
       << "tandem up exited\n"
       << p.Tail();
+  // tandem up restarts it: a new process on the same address, which the
+  // router sees again and routes to.
+  pid_t restarted = RestartedPid(p, victim.name);
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(60);
+       restarted < 0 && absl::Now() < give_up; restarted = RestartedPid(p, victim.name)) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_GT(restarted, 0) << victim.name << " was not restarted\n" << p.Tail();
+  EXPECT_NE(restarted, victim.pid);
+  EXPECT_EQ(kill(restarted, 0), 0) << victim.name << " (pid " << restarted << ") is not running";
+  absl::StatusOr<v1::WorkerRole> back = WatchedRole(victim.grpc_address);
+  EXPECT_TRUE(back.ok()) << victim.name << " at " << victim.grpc_address << ": " << back.status();
+  live = RouterLiveWorkers(procs[0].http_address);
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(30);
+       live != workers && absl::Now() < give_up; live = RouterLiveWorkers(procs[0].http_address)) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(live, workers) << "the router's /health after " << victim.name << " was restarted\n"
+                           << p.Tail();
+  for (int i = 0; i < 2; ++i) {
+    GrpcResult again = Generate(address, BosOnly(16));
+    ASSERT_TRUE(again.status.ok()) << again.status.error_message() << "\n" << p.Tail();
+    EXPECT_EQ(again.ids, r.ids);
+  }
   // SIGTERM stops everything cleanly: tandem up exits 0 after the router
   // and every worker it started are gone (reaped).
   p.Signal(SIGTERM);
@@ -781,11 +845,15 @@ void TandemUp(const std::string& config, int workers, const std::multiset<v1::Wo
   ASSERT_TRUE(exit_code.ok()) << "tandem up did not exit: " << exit_code.status() << "\n"
                               << p.Tail();
   EXPECT_EQ(*exit_code, 0) << p.Tail();
+  std::vector<std::pair<std::string, pid_t>> pids = {{victim.name, restarted}};
   for (const UpProcess& proc : procs) {
-    const int rc = kill(proc.pid, 0);
+    pids.emplace_back(proc.name, proc.pid);
+  }
+  for (const auto& [name, pid] : pids) {
+    const int rc = kill(pid, 0);
     const int err = errno;
     EXPECT_TRUE(rc == -1 && err == ESRCH)
-        << proc.name << " (pid " << proc.pid << ") still exists after tandem up exited";
+        << name << " (pid " << pid << ") still exists after tandem up exited";
   }
 }
 

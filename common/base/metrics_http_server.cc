@@ -3,6 +3,8 @@
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/base/logging.h"
 
 namespace tandem::base {
@@ -32,6 +34,12 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   s->port_ = bound;
   httplib::Server* server = s->server_.get();
   s->thread_ = std::thread([server] { server->listen_after_bind(); });
+  // httplib's stop() does nothing until the listen thread has marked the
+  // server running: a Stop() right after Start() would otherwise leave that
+  // thread in accept() and the join below hanging forever.
+  while (!server->is_running()) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   return s;
 }
 

@@ -14,6 +14,7 @@ APT_PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libucx-dev ucx-utils
   libhnswlib-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev
+  libboost-dev libssl-dev openssl  # Boost.Beast (the HTTP front), TLS, the dev CA script
   prometheus  # for promtool: router_integration_test lints every process's /metrics
 )
 

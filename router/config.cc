@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "router/internal/yaml_util.h"
@@ -9,11 +10,24 @@
 namespace tandem::router {
 
 using internal::CheckKeys;
+using internal::ReadBool;
 using internal::ReadDuration;
 using internal::ReadInt;
 using internal::ReadInt32;
 using internal::ReadString;
 using internal::ReadStringList;
+
+namespace {
+
+// `path` relative to `base_dir` (unchanged when absolute or either is empty).
+std::string ResolvePath(const std::string& path, absl::string_view base_dir) {
+  if (path.empty() || base_dir.empty() || std::filesystem::path(path).is_absolute()) {
+    return path;
+  }
+  return (std::filesystem::path(std::string(base_dir)) / path).lexically_normal().string();
+}
+
+}  // namespace
 
 absl::string_view RoutingModeName(RoutingMode mode) {
   switch (mode) {
@@ -118,6 +132,13 @@ absl::Status RouterConfig::Validate() const {
   if (l.max_grpc_message_bytes < 1024) {
     return absl::InvalidArgumentError("limits.max_grpc_message_bytes must be >= 1024");
   }
+  for (size_t i = 0; i < auth.keys_env.size(); ++i) {
+    const char ch = auth.keys_env[i];
+    if (!(absl::ascii_isalpha(ch) || ch == '_' || (i > 0 && absl::ascii_isdigit(ch)))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "auth.keys_env: '", auth.keys_env, "' is not an environment variable name"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -127,7 +148,8 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
   RouterConfig c;
   RETURN_IF_ERROR(CheckKeys(root, "",
                             {"grpc_address", "http_address", "mode", "max_route_attempts",
-                             "http_threads", "models", "workers", "limits"}));
+                             "http_threads", "models", "workers", "limits", "auth",
+                             "expose_route_workers"}));
   RETURN_IF_ERROR(ReadString(root, "grpc_address", "", &c.grpc_address));
   RETURN_IF_ERROR(ReadString(root, "http_address", "", &c.http_address));
   std::string mode(RoutingModeName(c.mode));
@@ -135,6 +157,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
   ASSIGN_OR_RETURN(c.mode, ParseRoutingMode(mode));
   RETURN_IF_ERROR(ReadInt32(root, "max_route_attempts", "", &c.max_route_attempts));
   RETURN_IF_ERROR(ReadInt32(root, "http_threads", "", &c.http_threads));
+  RETURN_IF_ERROR(ReadBool(root, "expose_route_workers", "", &c.expose_route_workers));
 
   if (root && root.IsMap() && root["models"]) {
     YAML::Node models = root["models"];
@@ -150,9 +173,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
       RETURN_IF_ERROR(ReadString(m, "path", path, &mc.path));
       RETURN_IF_ERROR(ReadString(m, "chat_template", path, &mc.chat_template));
       RETURN_IF_ERROR(ReadString(m, "worker_model", path, &mc.worker_model));
-      if (!mc.path.empty() && !base_dir.empty() && std::filesystem::path(mc.path).is_relative()) {
-        mc.path = (std::filesystem::path(std::string(base_dir)) / mc.path).lexically_normal();
-      }
+      mc.path = ResolvePath(mc.path, base_dir);
       c.models.push_back(std::move(mc));
     }
   }
@@ -191,6 +212,18 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
     RETURN_IF_ERROR(ReadInt(l, "max_body_bytes", "limits", &x.max_body_bytes));
     RETURN_IF_ERROR(
         ReadInt32(l, "max_grpc_message_bytes", "limits", &x.max_grpc_message_bytes));
+  }
+
+  if (root && root.IsMap() && root["auth"]) {
+    YAML::Node a = root["auth"];
+    RETURN_IF_ERROR(
+        CheckKeys(a, "auth", {"keys_file", "keys_env", "public_health", "public_metrics"}));
+    AuthConfig& x = c.auth;
+    RETURN_IF_ERROR(ReadString(a, "keys_file", "auth", &x.keys_file));
+    RETURN_IF_ERROR(ReadString(a, "keys_env", "auth", &x.keys_env));
+    RETURN_IF_ERROR(ReadBool(a, "public_health", "auth", &x.public_health));
+    RETURN_IF_ERROR(ReadBool(a, "public_metrics", "auth", &x.public_metrics));
+    x.keys_file = ResolvePath(x.keys_file, base_dir);
   }
   return c;
 }

@@ -39,6 +39,16 @@
 //     max_body_bytes: 8388608
 //     max_grpc_message_bytes: 4194304  # gRPC front, both ways; a Tokenize reply
 //                                      # over it is RESOURCE_EXHAUSTED
+//   auth:                           # API keys on both public fronts (router/auth.h);
+//                                   # no key configured = no authentication
+//     keys_file: ""                 # YAML {tenants: [{name, key | key_sha256}]};
+//                                   # relative to this file; "" = none
+//     keys_env: TANDEM_API_KEYS     # variable main() reads, "tenant=key,...";
+//                                   # "" = read none
+//     public_health: true           # /health, /health/ready, /health/live need no key
+//     public_metrics: true          # /metrics needs no key
+//   expose_route_workers: false     # GenerateResponse.route names the workers'
+//                                   # ids (addresses by default); off: left empty
 
 #include <cstdint>
 #include <string>
@@ -93,6 +103,14 @@ struct LimitsConfig {
   int32_t max_grpc_message_bytes = 4 << 20;
 };
 
+// Where API keys come from and which HTTP paths stay public (router/auth.h).
+struct AuthConfig {
+  std::string keys_file;                     // default "": no key file
+  std::string keys_env = "TANDEM_API_KEYS";  // "" = no variable
+  bool public_health = true;
+  bool public_metrics = true;
+};
+
 struct RouterConfig {
   std::string grpc_address = "0.0.0.0:50051";
   std::string http_address = "0.0.0.0:8080";
@@ -102,6 +120,10 @@ struct RouterConfig {
   std::vector<ServedModelConfig> models;
   DiscoveryConfig discovery;
   LimitsConfig limits;
+  AuthConfig auth;
+  // Public clients see which workers served them (RouteInfo.prefill_worker /
+  // decode_worker): worker ids default to role@address, an internal detail.
+  bool expose_route_workers = false;
 
   // InvalidArgument naming the field.
   absl::Status Validate() const;

@@ -54,6 +54,7 @@ struct ChoiceResult {
 struct RequestSummary {
   std::string request_id;               // the router's (worker key); for logs only
   std::string client_request_id;        // the client's, echoed
+  std::string tenant;                   // the API key's tenant ("" = keys off); logs only
   std::string model;
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;        // all choices

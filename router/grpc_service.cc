@@ -29,11 +29,28 @@ v1::FinishReason ToProto(FinishReason r) {
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
-void ToProto(const RouteSummary& r, v1::RouteInfo* out) {
+// Worker ids are role@address unless set: public clients see them only with
+// expose_route_workers.
+void ToProto(const RouteSummary& r, bool expose_workers, v1::RouteInfo* out) {
   out->set_model(r.model);
-  out->set_prefill_worker(r.prefill_worker);
-  out->set_decode_worker(r.decode_worker);
+  if (expose_workers) {
+    out->set_prefill_worker(r.prefill_worker);
+    out->set_decode_worker(r.decode_worker);
+  }
   out->set_colocated(r.colocated);
+}
+
+// The caller's tenant from the `authorization` metadata; with keys off, an
+// unnamed tenant.
+absl::StatusOr<Tenant> CallerTenant(const ApiKeys& keys, grpc::CallbackServerContext& context) {
+  if (!keys.enabled()) {
+    return Tenant{};
+  }
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  return keys.Authenticate(it == metadata.end()
+                               ? absl::string_view()
+                               : absl::string_view(it->second.data(), it->second.size()));
 }
 
 // Streams one Generate call. Owned by gRPC (deleted in OnDone). The
@@ -42,10 +59,18 @@ void ToProto(const RouteSummary& r, v1::RouteInfo* out) {
 // (or before any run exists).
 class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateWriter(Router& router, grpc::CallbackServerContext* context,
+  GenerateWriter(Router& router, const ApiKeys& api_keys, grpc::CallbackServerContext* context,
                  const v1::GenerateRequest& request)
       : router_(router) {
+    absl::StatusOr<Tenant> tenant = CallerTenant(api_keys, *context);
+    if (!tenant.ok()) {
+      Finish(proto::ToGrpcStatus(tenant.status()));
+      return;
+    }
     GenerationRequest gen = FromProto(request);
+    if (api_keys.enabled()) {
+      gen.tenant = std::move(tenant->name);  // never what the client claims
+    }
     const absl::Time deadline = absl::FromChrono(context->deadline());
     absl::StatusOr<PreparedRequest> prepared = router_.Prepare(gen, deadline);
     if (!prepared.ok()) {
@@ -130,7 +155,7 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     void OnRoute(int32_t /*index*/, const RouteSummary& route) override {
       v1::GenerateResponse m;
       m.set_request_id(w_->request_id_);
-      ToProto(route, m.mutable_route());
+      ToProto(route, w_->router_.config().expose_route_workers, m.mutable_route());
       w_->Enqueue(std::move(m));
     }
     void OnDelta(const ChoiceDelta& d) override {
@@ -168,7 +193,7 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
         t->set_kv_transfer_seconds(absl::ToDoubleSeconds(s.kv_transfer));
         t->set_decode_seconds(absl::ToDoubleSeconds(s.decode));
         t->set_total_seconds(absl::ToDoubleSeconds(s.total));
-        ToProto(s.route, m.mutable_route());
+        ToProto(s.route, w_->router_.config().expose_route_workers, m.mutable_route());
         w_->Enqueue(std::move(m));
       }
       w_->FinishWith(proto::ToGrpcStatus(status));
@@ -262,12 +287,17 @@ GenerationRequest FromProto(const v1::GenerateRequest& request) {
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  return new GenerateWriter(router_, context, *request);
+  return new GenerateWriter(router_, api_keys_, context, *request);
 }
 
 grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerContext* context,
                                                         const v1::ListModelsRequest* /*request*/,
                                                         v1::ListModelsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::StatusOr<Tenant> t = CallerTenant(api_keys_, *context); !t.ok()) {
+    reactor->Finish(proto::ToGrpcStatus(t.status()));
+    return reactor;
+  }
   for (const auto& m : router_.catalog().models()) {
     v1::ModelInfo* info = response->add_models();
     info->set_id(m->name());
@@ -275,7 +305,6 @@ grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerCont
     info->set_context_length(m->context_length());
     info->set_vocab_size(m->vocab_size());
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -284,6 +313,10 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
                                                       const v1::TokenizeRequest* request,
                                                       v1::TokenizeResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::StatusOr<Tenant> t = CallerTenant(api_keys_, *context); !t.ok()) {
+    reactor->Finish(proto::ToGrpcStatus(t.status()));
+    return reactor;
+  }
   absl::StatusOr<const ServedModel*> model = router_.catalog().Find(request->model());
   if (!model.ok()) {
     reactor->Finish(proto::ToGrpcStatus(model.status()));

@@ -15,6 +15,7 @@
 
 #include "absl/strings/string_view.h"
 #include "common/engine/tokenizer/tokenizer.h"
+#include "router/auth.h"
 #include "router/router.h"
 #include "tandem/v1/generation.grpc.pb.h"
 
@@ -22,7 +23,12 @@ namespace tandem::router {
 
 class GenerationService final : public tandem::v1::Generation::CallbackService {
  public:
-  explicit GenerationService(Router& router) : router_(router) {}
+  // `api_keys` must outlive the service. With keys configured every method
+  // wants the metadata "authorization: Bearer <key>" (else UNAUTHENTICATED);
+  // Generate runs under the key's tenant (GenerateRequest.tenant is then
+  // ignored). With expose_route_workers off, RouteInfo names no worker.
+  GenerationService(Router& router, const ApiKeys& api_keys)
+      : router_(router), api_keys_(api_keys) {}
 
   grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const tandem::v1::GenerateRequest* request) override;
@@ -35,6 +41,7 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
 
  private:
   Router& router_;
+  const ApiKeys& api_keys_;
 };
 
 // Converts the public request to the router's (the edge conversion; proto3

@@ -153,10 +153,11 @@ bool WriteStream(StreamState& st, httplib::DataSink& sink) {
 
 }  // namespace
 
-HttpServer::HttpServer(Router& router, base::MetricsRegistry& metrics,
+HttpServer::HttpServer(Router& router, base::MetricsRegistry& metrics, const ApiKeys& api_keys,
                        std::function<absl::Status()> liveness)
     : router_(router),
       metrics_(metrics),
+      api_keys_(api_keys),
       liveness_(std::move(liveness)),
       server_(std::make_unique<httplib::Server>()) {}
 
@@ -187,6 +188,10 @@ absl::Status HttpServer::Start(absl::string_view address) {
       router_.RecordRejected("", parsed.status());
       WriteError(res, parsed.status(), retry_after);
       return;
+    }
+    if (api_keys_.enabled()) {  // the pre-routing check let it through: a valid key
+      parsed->gen.tenant =
+          AuthorizeHttp(api_keys_, req.path, req.get_header_value("Authorization")).tenant;
     }
     std::string rid = req.get_header_value("X-Request-Id");
     if (!rid.empty()) {
@@ -282,6 +287,17 @@ absl::Status HttpServer::Start(absl::string_view address) {
     }
   };
 
+  // API keys: before routing, so that unknown routes answer 401 too.
+  server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    HttpAuthDecision d = AuthorizeHttp(api_keys_, req.path, req.get_header_value("Authorization"));
+    if (d.allowed) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    res.status = d.http_status;
+    res.set_header("WWW-Authenticate", "Bearer");
+    res.set_content(d.body, "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   server_->Post("/v1/completions", [generate](const httplib::Request& req,
                                               httplib::Response& res) {
     generate(OpenAiEndpoint::kCompletions, req, res);

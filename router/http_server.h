@@ -7,6 +7,11 @@
 // the JSON body names each model, whether it is ready and why not, plus the
 // live worker counts. /health/live: 200 while `liveness` is OK (and an HTTP
 // thread answers at all), else 503 with the reason.
+// With API keys configured (router/auth.h), every route (unknown ones too)
+// but the public health / metrics paths answers 401 with an OpenAI error body
+// (code "invalid_api_key") and `WWW-Authenticate: Bearer` unless the request
+// carries "Authorization: Bearer <key>"; the key's tenant goes with the
+// request.
 // Errors are OpenAI error bodies {"error": {message, type, param, code}} with
 // the matching HTTP status (400 bad input, 429 + Retry-After at capacity, 503
 // no workers, 504 deadline). A failure after the stream started is sent as an
@@ -26,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "common/base/metrics.h"
+#include "router/auth.h"
 #include "router/router.h"
 
 namespace httplib {
@@ -38,7 +44,8 @@ class HttpServer {
  public:
   // `liveness` (any pool thread, must not block; null = always live) backs
   // /health/live.
-  HttpServer(Router& router, base::MetricsRegistry& metrics,
+  // `api_keys` must outlive the server.
+  HttpServer(Router& router, base::MetricsRegistry& metrics, const ApiKeys& api_keys,
              std::function<absl::Status()> liveness = nullptr);
   ~HttpServer();  // Stop()s
   HttpServer(const HttpServer&) = delete;
@@ -54,6 +61,7 @@ class HttpServer {
  private:
   Router& router_;
   base::MetricsRegistry& metrics_;
+  const ApiKeys& api_keys_;
   const std::function<absl::Status()> liveness_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

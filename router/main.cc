@@ -2,10 +2,14 @@
 // HTTP front in front of prefill / decode (or colocated) workers. Reads one
 // YAML file (router/config.h documents every key); flags override it. Prints
 // one line "READY grpc_port=... http_port=..." to stdout once serving;
+// API keys (router/auth.h) come from auth.keys_file and the variable named by
+// auth.keys_env (TANDEM_API_KEYS unless set); a bad key file or variable
+// stops the start (exit 2) with an error naming the entry, never the key.
 // SIGTERM / SIGINT drain (stop admitting, let in-flight requests finish within
 // --drain-grace) and exit 0.
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -18,6 +22,7 @@
 #include "common/base/flags.h"
 #include "common/base/logging.h"
 #include "common/base/termination_signal.h"
+#include "router/auth.h"
 #include "router/config.h"
 #include "router/router_server.h"
 
@@ -31,6 +36,8 @@ ABSL_FLAG(std::vector<std::string>, worker_dns, {},
           "worker DNS names name:port, re-resolved periodically (adds)");
 ABSL_FLAG(std::string, mode, "", "auto | disaggregated | colocated (default auto)");
 ABSL_FLAG(int32_t, max_inflight, 0, "admitted requests at once (default 256)");
+ABSL_FLAG(std::string, api_keys_file, "",
+          "API key file (router/auth.h); overrides the config's auth.keys_file");
 ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(30),
           "SIGTERM: time in-flight requests get to finish");
 
@@ -86,6 +93,9 @@ absl::StatusOr<RouterConfig> BuildConfig() {
     }
     config.mode = *mode;
   }
+  if (const std::string v = absl::GetFlag(FLAGS_api_keys_file); !v.empty()) {
+    config.auth.keys_file = v;
+  }
   if (const int32_t v = absl::GetFlag(FLAGS_max_inflight); v > 0) {
     config.limits.max_inflight = v;
   }
@@ -109,8 +119,16 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "tandem-router: " << config.status();
     return 2;
   }
+  const char* keys_env =
+      config->auth.keys_env.empty() ? nullptr : std::getenv(config->auth.keys_env.c_str());
+  absl::StatusOr<tandem::router::ApiKeys> keys =
+      tandem::router::ApiKeys::Load(config->auth, keys_env == nullptr ? "" : keys_env);
+  if (!keys.ok()) {
+    LOG(ERROR) << "tandem-router: " << keys.status();
+    return 2;
+  }
   absl::StatusOr<std::unique_ptr<tandem::router::RouterServer>> server =
-      tandem::router::RouterServer::Create(*std::move(config));
+      tandem::router::RouterServer::Create(*std::move(config), *std::move(keys));
   if (!server.ok()) {
     LOG(ERROR) << "tandem-router: " << server.status();
     return 2;

@@ -6,6 +6,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "router/readiness.h"
 
@@ -35,21 +36,24 @@ WorkerWatcher::Options WatcherOptions(const DiscoveryConfig& discovery,
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterConfig config) {
+absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterConfig config,
+                                                                   ApiKeys api_keys) {
   absl::StatusOr<ModelCatalog> catalog = ModelCatalog::Load(config.models);
   if (!catalog.ok()) {
     return catalog.status();
   }
-  return std::unique_ptr<RouterServer>(new RouterServer(std::move(config), *std::move(catalog)));
+  return std::unique_ptr<RouterServer>(
+      new RouterServer(std::move(config), *std::move(catalog), std::move(api_keys)));
 }
 
-RouterServer::RouterServer(RouterConfig config, ModelCatalog catalog)
+RouterServer::RouterServer(RouterConfig config, ModelCatalog catalog, ApiKeys api_keys)
     : watcher_(WatcherOptions(config.discovery, &router_for_watcher_,
                               [this](const RegistrySnapshot& s) { OnPublish(s); })),
       router_(std::move(config), std::move(catalog), [this] { return watcher_.snapshot(); },
               metrics_),
-      service_(router_),
-      http_(router_, metrics_, [this] { return Live(); }) {
+      api_keys_(std::move(api_keys)),
+      service_(router_, api_keys_),
+      http_(router_, metrics_, api_keys_, [this] { return Live(); }) {
   router_for_watcher_.store(&router_);
 }
 
@@ -79,6 +83,22 @@ absl::Status RouterServer::Start() {
   if (!config.http_address.empty()) {
     if (absl::Status s = http_.Start(config.http_address); !s.ok()) {
       return s;
+    }
+  }
+  if (api_keys_.enabled()) {
+    // Tenant names only: keys never reach a log.
+    LOG(INFO) << "router: API keys on for tenant(s) " << absl::StrJoin(api_keys_.tenants(), ", ");
+  }
+  for (const auto& [front, address] : {std::pair<const char*, const std::string&>{
+                                           "gRPC", config.grpc_address},
+                                       {"HTTP", config.http_address}}) {
+    if (!address.empty() && !api_keys_.enabled() && !IsLoopbackAddress(address)) {
+      LOG(WARNING) << "router: WARNING: the public " << front << " front listens on " << address
+                   << " beyond loopback without API keys: anyone who reaches it can use it "
+                      "(set auth.keys_file or " << (config.auth.keys_env.empty()
+                                                        ? std::string("auth.keys_env")
+                                                        : config.auth.keys_env)
+                   << ")";
     }
   }
   LOG(INFO) << "tandem-router serving " << config.models.size() << " model(s): gRPC port "

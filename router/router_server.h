@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/metrics.h"
+#include "router/auth.h"
 #include "router/config.h"
 #include "router/grpc_service.h"
 #include "router/http_server.h"
@@ -42,7 +43,9 @@ class RouterServer {
   // Loads the configured models (tokenizer and metadata only); their errors
   // (NotFound, InvalidArgument naming the model) come back unchanged. Nothing
   // is bound and no thread runs until Start(). `config` must be Validate()d.
-  static absl::StatusOr<std::unique_ptr<RouterServer>> Create(RouterConfig config);
+  // `api_keys` guard both public fronts (router/auth.h; none: open).
+  static absl::StatusOr<std::unique_ptr<RouterServer>> Create(RouterConfig config,
+                                                              ApiKeys api_keys = ApiKeys());
 
   ~RouterServer();  // Shutdown(absl::ZeroDuration())
   RouterServer(const RouterServer&) = delete;
@@ -50,6 +53,8 @@ class RouterServer {
 
   // Starts the worker watcher, then serves gRPC on config.grpc_address and
   // HTTP on config.http_address (each skipped when its address is empty).
+  // Logs a WARNING for each public front that listens beyond loopback
+  // without API keys.
   // Unavailable naming the address when one cannot be bound; the caller
   // then exits (or calls Shutdown). Call once.
   absl::Status Start();
@@ -74,7 +79,7 @@ class RouterServer {
   base::MetricsRegistry& metrics() { return metrics_; }
 
  private:
-  RouterServer(RouterConfig config, ModelCatalog catalog);
+  RouterServer(RouterConfig config, ModelCatalog catalog, ApiKeys api_keys);
   // Control thread (the watcher's on_publish): grpc.health.v1 follows readiness.
   void OnPublish(const RegistrySnapshot& snapshot);
   // Sets grpc.health.v1 from `snapshot` unless draining.
@@ -87,6 +92,7 @@ class RouterServer {
   std::atomic<Router*> router_for_watcher_{nullptr};
   WorkerWatcher watcher_;
   Router router_;
+  const ApiKeys api_keys_;  // before the fronts, which hold references to it
   GenerationService service_;
   HttpServer http_;
   std::unique_ptr<grpc::Server> grpc_server_;

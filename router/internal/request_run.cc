@@ -186,6 +186,7 @@ void RequestRun::CompleteLocked() {
   RequestSummary s;
   s.request_id = request_.request_id;
   s.client_request_id = request_.client_request_id;
+  s.tenant = request_.tenant;
   s.model = request_.model->name();
   s.prompt_tokens = static_cast<int32_t>(request_.prompt_ids.size());
   s.cached_prompt_tokens = cached_prompt_tokens_;

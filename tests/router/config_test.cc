@@ -86,5 +86,49 @@ TEST(RouterConfigTest, ErrorsNameTheKey) {
   EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no-port")));
 }
 
+TEST(RouterConfigTest, AuthSectionAndRouteWorkers) {
+  RouterConfig defaults;
+  EXPECT_EQ(defaults.auth.keys_file, "");
+  EXPECT_EQ(defaults.auth.keys_env, "TANDEM_API_KEYS");
+  EXPECT_TRUE(defaults.auth.public_health);
+  EXPECT_TRUE(defaults.auth.public_metrics);
+  EXPECT_FALSE(defaults.expose_route_workers);
+
+  absl::StatusOr<RouterConfig> c = ParseRouterConfigYaml(R"(
+models: [{path: a.gguf}]
+expose_route_workers: true
+auth:
+  keys_file: keys/dev.yaml
+  keys_env: ""
+  public_health: false
+  public_metrics: false
+)",
+                                                         "/etc/tandem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->auth.keys_file, "/etc/tandem/keys/dev.yaml");
+  EXPECT_EQ(c->auth.keys_env, "");
+  EXPECT_FALSE(c->auth.public_health);
+  EXPECT_FALSE(c->auth.public_metrics);
+  EXPECT_TRUE(c->expose_route_workers);
+  EXPECT_TRUE(c->Validate().ok()) << c->Validate();
+}
+
+TEST(RouterConfigTest, AuthErrorsNameTheKey) {
+  EXPECT_THAT(ParseRouterConfigYaml("auth: {keys: a.yaml}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown key 'auth.keys'")));
+  EXPECT_THAT(ParseRouterConfigYaml("auth: {public_health: maybe}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("auth.public_health")));
+  EXPECT_THAT(ParseRouterConfigYaml("expose_route_workers: sometimes"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("expose_route_workers")));
+  RouterConfig c;
+  c.models.push_back({"", "a.gguf", "", ""});
+  c.auth.keys_env = "1KEYS";
+  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("auth.keys_env: '1KEYS'")));
+  c.auth.keys_env = "MY_KEYS=";
+  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("auth.keys_env")));
+}
+
 }  // namespace
 }  // namespace tandem::router

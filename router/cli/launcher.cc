@@ -184,6 +184,14 @@ absl::StatusOr<ClusterSpec> ParseClusterYaml(absl::string_view yaml, absl::strin
             "router.", filled, ": tandem up picks addresses; set router.grpc_port / http_port"));
       }
     }
+    // The router reads its config from the run directory: a relative key
+    // file is relative to this file instead.
+    std::string keys_file;
+    RETURN_IF_ERROR(
+        internal::ReadString(spec.router["auth"], "keys_file", "router.auth", &keys_file));
+    if (!keys_file.empty()) {
+      spec.router["auth"]["keys_file"] = Resolve(keys_file, base_dir);
+    }
   }
   RETURN_IF_ERROR(ParseRole(root, "prefill", &spec.prefill));
   RETURN_IF_ERROR(ParseRole(root, "decode", &spec.decode));

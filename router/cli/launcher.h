@@ -28,6 +28,7 @@
 //     http_port: 0                  #   models (from `model`) and workers.static
 //     mode: auto
 //     limits: {max_inflight: 64}
+//     auth: {keys_file: keys.yaml}  #   relative to this file (router/auth.h)
 //   prefill:   {replicas: 1, config: {...}}   # config: worker keys (common/serving/worker_config.h)
 //   decode:    {replicas: 1, config: {...}}   #   passed through; tandem up sets model, role,
 //   colocated: {replicas: 0, config: {...}}   #   listen, metrics_port and worker_id

@@ -22,13 +22,13 @@ namespace tandem::router::testing {
 
 class RouterHarness {
  public:
-  explicit RouterHarness(RouterConfig config) {
+  explicit RouterHarness(RouterConfig config, ApiKeys api_keys = ApiKeys()) {
     config.grpc_address = "127.0.0.1:0";
     config.http_address = "127.0.0.1:0";
     if (config.models.empty()) {
       config.models.push_back({"stories260K", StoriesPath(), "", ""});
     }
-    absl::StatusOr<std::unique_ptr<RouterServer>> server = RouterServer::Create(std::move(config));
+    absl::StatusOr<std::unique_ptr<RouterServer>> server = RouterServer::Create(std::move(config), std::move(api_keys));
     EXPECT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value();  // aborts the test binary on failure
     absl::Status s = server_->Start();

@@ -38,6 +38,8 @@ ABSL_FLAG(std::string, mode, "", "auto | disaggregated | colocated (default auto
 ABSL_FLAG(int32_t, max_inflight, 0, "admitted requests at once (default 256)");
 ABSL_FLAG(std::string, api_keys_file, "",
           "API key file (router/auth.h); overrides the config's auth.keys_file");
+ABSL_FLAG(bool, expose_route_workers, false,
+          "GenerateResponse.route names the workers (sets the config's expose_route_workers)");
 ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(30),
           "SIGTERM: time in-flight requests get to finish");
 
@@ -95,6 +97,9 @@ absl::StatusOr<RouterConfig> BuildConfig() {
   }
   if (const std::string v = absl::GetFlag(FLAGS_api_keys_file); !v.empty()) {
     config.auth.keys_file = v;
+  }
+  if (absl::GetFlag(FLAGS_expose_route_workers)) {
+    config.expose_route_workers = true;
   }
   if (const int32_t v = absl::GetFlag(FLAGS_max_inflight); v > 0) {
     config.limits.max_inflight = v;

@@ -13,7 +13,13 @@
 //  - after a request, every process's /metrics (router, colocated, decode,
 //    prefill) passes `promtool check metrics` with no finding;
 //  - `tandem up` with deploy/local/*.yaml: healthy cluster, a request through
-//    it, a dying worker is reported, SIGTERM stops everything (exit 0).
+//    it, a dying worker is reported, SIGTERM stops everything (exit 0);
+//  - `tandem up deploy/local/secure.yaml` (API keys): 401 + OpenAI body
+//    without / with a wrong key on every HTTP route, 200 with the key, health
+//    public, gRPC UNAUTHENTICATED without the metadata; the router logs the
+//    tenant, never the key; routes name no worker;
+//  - tandem-router warns when a public front listens beyond loopback without
+//    keys (and not with keys).
 // Known gaps: no test of DNS discovery against a real resolver (unit-tested
 // with an injected resolver), no multi-router test.
 
@@ -93,13 +99,18 @@ struct GrpcResult {
 };
 
 // Streams a Generate call; `on_message` runs after each message (may kill things).
+// `authorization`: the metadata's value ("" = none).
 GrpcResult Generate(const std::string& address, const v1::GenerateRequest& req,
-                    std::function<void(int)> on_message = nullptr) {
+                    std::function<void(int)> on_message = nullptr,
+                    const std::string& authorization = "") {
   auto stub =
       v1::Generation::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   GrpcResult r;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  if (!authorization.empty()) {
+    ctx.AddMetadata("authorization", authorization);
+  }
   absl::Time start = absl::Now();
   auto reader = stub->Generate(&ctx, req);
   v1::GenerateResponse m;
@@ -259,6 +270,7 @@ class RouterIntegrationTest : public ::testing::Test {
                                      "--grpc_address=127.0.0.1:0",
                                      "--http_address=127.0.0.1:0",
                                      "--mode=" + mode,
+                                     "--expose_route_workers",
                                      "--drain_grace=5s"};
     absl::StatusOr<std::unique_ptr<ChildProcess>> p = ChildProcess::Start(Logged(argv));
     ASSERT_TRUE(p.ok()) << p.status();
@@ -865,6 +877,124 @@ TEST(TandemUpTest, Colocated) {
 TEST(TandemUpTest, Disaggregated) {
   TandemUp(absl::StrCat(TANDEM_SOURCE_DIR, "/deploy/local/disaggregated.yaml"), 2,
            {v1::WORKER_ROLE_PREFILL, v1::WORKER_ROLE_DECODE});
+}
+
+// deploy/local/secure.yaml: both public fronts want a key; health stays
+// public; the router's log names the tenant, never the key; routes name no
+// worker.
+TEST(TandemUpTest, SecureWantsAKeyOnBothFronts) {
+  const std::string deploy = absl::StrCat(TANDEM_SOURCE_DIR, "/deploy/local/");
+  const std::string config = CopyConfig(deploy + "secure.yaml", "");
+  // The config names its key file relative to itself: copy that beside it.
+  std::filesystem::copy_file(deploy + "secure-keys.yaml",
+                             std::filesystem::path(config).parent_path() / "secure-keys.yaml",
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string key = "sk-tandem-dev-alice-00000000000000000000";  // the committed dev key
+  absl::StatusOr<std::unique_ptr<ChildProcess>> up =
+      ChildProcess::Start(Logged({TANDEM_CLI_BIN, "up", config}));
+  ASSERT_TRUE(up.ok()) << up.status();
+  ChildProcess& p = **up;
+  absl::StatusOr<std::string> ready = p.WaitForLine("Ctrl-C stops the cluster", absl::Seconds(120));
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  const std::vector<UpProcess> procs = UpProcesses(p.output());
+  ASSERT_EQ(procs.size(), 3u) << p.output();
+  const std::string http = procs[0].http_address;
+  httplib::Client cli(http.substr(0, http.rfind(':')), std::stoi(http.substr(http.rfind(':') + 1)));
+  cli.set_read_timeout(60, 0);
+  const std::string completion = R"({"model":"stories260K","prompt":"Once","max_tokens":8})";
+  const std::string chat =
+      R"({"model":"stories260K","messages":[{"role":"user","content":"Hi"}],"max_tokens":8})";
+  for (const httplib::Headers& h :
+       {httplib::Headers{}, httplib::Headers{{"Authorization", key + "x"}},
+        httplib::Headers{{"Authorization", "Bearer sk-tandem-dev-mallory-000000000000000"}}}) {
+    for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
+             {"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
+             {"GET", "/v1/models"}, {"GET", "/v1/nope"}}) {
+      auto res = method == "GET" ? cli.Get(path.c_str(), h)
+                                 : cli.Post(path.c_str(), h, path == "/v1/completions" ? completion : chat,
+                                            "application/json");
+      ASSERT_TRUE(res) << path;
+      EXPECT_EQ(res->status, 401) << path << ": " << res->body;
+      EXPECT_EQ(res->get_header_value("WWW-Authenticate"), "Bearer") << path;
+      json e = json::parse(res->body);
+      EXPECT_EQ(e["error"]["type"], "invalid_request_error") << res->body;
+      EXPECT_EQ(e["error"]["code"], "invalid_api_key") << res->body;
+      EXPECT_TRUE(e["error"]["param"].is_null()) << res->body;
+      EXPECT_THAT(res->body, Not(HasSubstr("sk-tandem"))) << res->body;
+    }
+  }
+  const httplib::Headers bearer = {{"Authorization", "Bearer " + key},
+                                   {"X-Request-Id", "secure-test-1"}};
+  auto res = cli.Post("/v1/completions", bearer, completion, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  res = cli.Post("/v1/chat/completions", bearer, chat, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  res = cli.Get("/v1/models", bearer);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  for (const char* path : {"/health", "/health/ready", "/health/live", "/metrics"}) {
+    res = cli.Get(path);
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, 200) << path << ": " << res->body;
+  }
+  // gRPC: the `authorization` metadata.
+  GrpcResult none = Generate(procs[0].grpc_address, BosOnly(8));
+  EXPECT_EQ(none.status.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+      << none.status.error_message();
+  GrpcResult wrong =
+      Generate(procs[0].grpc_address, BosOnly(8), nullptr, "Bearer sk-tandem-dev-mallory-0000000000");
+  EXPECT_EQ(wrong.status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  GrpcResult ok = Generate(procs[0].grpc_address, BosOnly(8), nullptr, "Bearer " + key);
+  ASSERT_TRUE(ok.status.ok()) << ok.status.error_message() << "\n" << p.Tail();
+  EXPECT_EQ(ok.ids.size(), 8u);
+  EXPECT_FALSE(ok.last.route().colocated());
+  EXPECT_EQ(ok.last.route().prefill_worker(), "");  // no worker address for clients
+  EXPECT_EQ(ok.last.route().decode_worker(), "");
+
+  p.Signal(SIGTERM);
+  const absl::StatusOr<int> exit_code = p.Wait(absl::Seconds(60));
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status() << "\n" << p.Tail();
+  EXPECT_EQ(*exit_code, 0) << p.Tail();
+  // The router's log (beside the workers'): tenants, never keys.
+  const std::filesystem::path log =
+      std::filesystem::path(procs[1].log_path).parent_path() / "router.log";
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("API keys on for tenant(s) dev-alice, dev-bob"));
+  EXPECT_THAT(text.str(), HasSubstr("client_request_id=\"secure-test-1\" tenant=\"dev-alice\""));
+  EXPECT_THAT(text.str(), Not(HasSubstr("sk-tandem"))) << log;
+  EXPECT_THAT(text.str(), Not(HasSubstr("WARNING: the public"))) << log;
+}
+
+// A public front on 0.0.0.0 without keys gets a WARNING at start; with keys
+// (from TANDEM_API_KEYS) none, and the key is not logged.
+TEST(RouterStartTest, WarnsForAFrontBeyondLoopbackWithoutKeys) {
+  const std::string key = "sk-warn-test-0123456789abcdef";
+  for (bool keys : {false, true}) {
+    ChildOptions o = Logged({TANDEM_ROUTER_BIN, "--model=stories260K=" + Model(),
+                             "--grpc_address=0.0.0.0:0", "--http_address=127.0.0.1:0"});
+    o.env = {keys ? "TANDEM_API_KEYS=ops=" + key : "TANDEM_API_KEYS="};
+    absl::StatusOr<std::unique_ptr<ChildProcess>> router = ChildProcess::Start(o);
+    ASSERT_TRUE(router.ok()) << router.status();
+    absl::StatusOr<std::string> ready = (*router)->WaitForLine("READY");
+    ASSERT_TRUE(ready.ok()) << ready.status();
+    (*router)->Signal(SIGTERM);
+    ASSERT_TRUE((*router)->Wait(absl::Seconds(30)).ok());
+    const std::string log = (*router)->Tail(1 << 20);
+    if (keys) {
+      EXPECT_THAT(log, Not(HasSubstr("WARNING: the public"))) << log;
+      EXPECT_THAT(log, HasSubstr("API keys on for tenant(s) ops")) << log;
+      EXPECT_THAT(log, Not(HasSubstr(key))) << log;
+    } else {
+      EXPECT_THAT(log, HasSubstr("WARNING: the public gRPC front listens on 0.0.0.0:0 beyond "
+                                 "loopback without API keys"))
+          << log;
+      EXPECT_THAT(log, Not(HasSubstr("public HTTP front"))) << log;
+    }
+  }
 }
 
 }  // namespace

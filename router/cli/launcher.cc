@@ -185,12 +185,12 @@ absl::StatusOr<ClusterSpec> ParseClusterYaml(absl::string_view yaml, absl::strin
       }
     }
     // The router reads its config from the run directory: a relative key
-    // file is relative to this file instead.
+    // file is relative to this file instead, and made absolute.
     std::string keys_file;
     RETURN_IF_ERROR(
         internal::ReadString(spec.router["auth"], "keys_file", "router.auth", &keys_file));
     if (!keys_file.empty()) {
-      spec.router["auth"]["keys_file"] = Resolve(keys_file, base_dir);
+      spec.router["auth"]["keys_file"] = fs::absolute(Resolve(keys_file, base_dir)).string();
     }
   }
   RETURN_IF_ERROR(ParseRole(root, "prefill", &spec.prefill));

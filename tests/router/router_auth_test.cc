@@ -8,15 +8,18 @@
 //  - Two tenants sending the same X-Request-Id at once: both complete, the
 //    first one's stream is not cut, the worker sees two different router ids.
 //  - RouteInfo names no worker unless expose_route_workers.
+//  - `tandem up` hands the router its key file as an absolute path.
 
 #include <httplib.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "router/auth.h"
+#include "router/cli/launcher.h"
 #include "tests/router/router_harness.h"
 #include "tests/testing/fake_worker.h"
 #include "tests/testing/sse.h"
@@ -321,6 +324,19 @@ TEST_F(RouterAuthTest, RouteInfoNamesNoWorkerUnlessExposed) {
     EXPECT_EQ(with_route, 2) << "the first and the last message";
     router_.reset();
   }
+}
+
+// The router reads the config tandem up writes into its run directory: a
+// key file relative to the cluster file (itself given relative to the
+// working directory, as `tandem up deploy/local/secure.yaml`) becomes absolute.
+TEST(TandemUpAuthTest, KeyFileIsResolvedAgainstTheClusterFile) {
+  absl::StatusOr<cli::ClusterSpec> spec = cli::ParseClusterYaml(
+      "model: m.gguf\nrouter: {auth: {keys_file: keys.yaml}}\ncolocated: {replicas: 1}\n",
+      "deploy/local");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string keys_file = spec->router["auth"]["keys_file"].as<std::string>();
+  EXPECT_EQ(keys_file, std::filesystem::absolute("deploy/local/keys.yaml").string());
+  EXPECT_TRUE(std::filesystem::path(keys_file).is_absolute());
 }
 
 }  // namespace

@@ -106,6 +106,7 @@ class RouterServiceTest : public ::testing::Test {
     c.discovery.static_workers = std::move(workers);
     c.discovery.backoff_initial = absl::Milliseconds(20);
     c.discovery.backoff_max = absl::Milliseconds(200);
+    c.expose_route_workers = true;  // these tests check which worker served
     if (tweak != nullptr) {
       tweak(c);
     }

@@ -41,9 +41,8 @@ absl::Status CheckTenantName(absl::string_view name, absl::string_view where) {
 // Says what is wrong with a key without quoting it.
 absl::Status CheckKey(absl::string_view key, absl::string_view where) {
   if (key.size() < kMinKeyBytes || key.size() > kMaxKeyBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": the key must be ", kMinKeyBytes,
-                                                   "..", kMaxKeyBytes, " bytes, got ",
-                                                   key.size()));
+    return absl::InvalidArgumentError(absl::StrCat(where, ": the key must be ", kMinKeyBytes, "..",
+                                                   kMaxKeyBytes, " bytes, got ", key.size()));
   }
   for (char c : key) {
     if (c <= ' ' || c > '~') {
@@ -76,8 +75,7 @@ absl::StatusOr<ApiKeys> ApiKeys::Load(const AuthConfig& config, absl::string_vie
   if (!config.keys_file.empty()) {
     std::ifstream in(config.keys_file);
     if (!in) {
-      return absl::NotFoundError(
-          absl::StrCat("auth.keys_file: cannot read ", config.keys_file));
+      return absl::NotFoundError(absl::StrCat("auth.keys_file: cannot read ", config.keys_file));
     }
     std::stringstream text;
     text << in.rdbuf();
@@ -185,8 +183,8 @@ absl::Status ApiKeys::AddDigest(absl::string_view tenant, const Digest& digest,
                                 absl::string_view where) {
   for (const Entry& e : entries_) {
     if (CRYPTO_memcmp(e.digest.data(), digest.data(), digest.size()) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": this key is given twice (tenants ", e.tenant, " and ", tenant, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": this key is given twice (tenants ",
+                                                     e.tenant, " and ", tenant, ")"));
     }
   }
   entries_.push_back({std::string(tenant), digest});

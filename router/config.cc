@@ -135,8 +135,8 @@ absl::Status RouterConfig::Validate() const {
   for (size_t i = 0; i < auth.keys_env.size(); ++i) {
     const char ch = auth.keys_env[i];
     if (!(absl::ascii_isalpha(ch) || ch == '_' || (i > 0 && absl::ascii_isdigit(ch)))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "auth.keys_env: '", auth.keys_env, "' is not an environment variable name"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("auth.keys_env: '", auth.keys_env, "' is not an environment variable name"));
     }
   }
   return absl::OkStatus();
@@ -146,10 +146,10 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
                                                    absl::string_view base_dir) {
   ASSIGN_OR_RETURN(YAML::Node root, internal::LoadYaml(yaml));
   RouterConfig c;
-  RETURN_IF_ERROR(CheckKeys(root, "",
-                            {"grpc_address", "http_address", "mode", "max_route_attempts",
-                             "http_threads", "models", "workers", "limits", "auth",
-                             "expose_route_workers"}));
+  RETURN_IF_ERROR(
+      CheckKeys(root, "",
+                {"grpc_address", "http_address", "mode", "max_route_attempts", "http_threads",
+                 "models", "workers", "limits", "auth", "expose_route_workers"}));
   RETURN_IF_ERROR(ReadString(root, "grpc_address", "", &c.grpc_address));
   RETURN_IF_ERROR(ReadString(root, "http_address", "", &c.http_address));
   std::string mode(RoutingModeName(c.mode));

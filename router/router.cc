@@ -163,17 +163,18 @@ void Router::RunFinished(uint64_t run_id, const absl::Status& status,
     absl::StrAppend(&finish, finish.empty() ? "" : ",", FinishReasonName(c.reason));
   }
   LOG(INFO) << absl::StrFormat(
-      "request request_id=%s client_request_id=\"%s\" tenant=\"%s\" model=%s code=%s finish=%s prompt_tokens=%d completion_tokens=%d "
+      "request request_id=%s client_request_id=\"%s\" tenant=\"%s\" model=%s code=%s finish=%s "
+      "prompt_tokens=%d completion_tokens=%d "
       "cached_tokens=%d route=%s prefill_worker=%s decode_worker=%s attempt=%d queue_s=%.4f "
       "ttft_s=%.4f tpot_s=%.5f prefill_s=%.4f kv_transfer_s=%.4f e2e_s=%.4f%s",
-      s.request_id, absl::CEscape(s.client_request_id), absl::CEscape(s.tenant), s.model, absl::StatusCodeToString(status.code()),
-      finish.empty() ? "-" : finish, s.prompt_tokens, s.completion_tokens,
-      s.cached_prompt_tokens, s.route.colocated ? "colocated" : "disaggregated",
+      s.request_id, absl::CEscape(s.client_request_id), absl::CEscape(s.tenant), s.model,
+      absl::StatusCodeToString(status.code()), finish.empty() ? "-" : finish, s.prompt_tokens,
+      s.completion_tokens, s.cached_prompt_tokens,
+      s.route.colocated ? "colocated" : "disaggregated",
       s.route.prefill_worker.empty() ? "-" : s.route.prefill_worker,
       s.route.decode_worker.empty() ? "-" : s.route.decode_worker, s.route.attempt,
-      absl::ToDoubleSeconds(s.queue), absl::ToDoubleSeconds(s.ttft),
-      absl::ToDoubleSeconds(tpot), absl::ToDoubleSeconds(s.prefill),
-      absl::ToDoubleSeconds(s.kv_transfer), e2e,
+      absl::ToDoubleSeconds(s.queue), absl::ToDoubleSeconds(s.ttft), absl::ToDoubleSeconds(tpot),
+      absl::ToDoubleSeconds(s.prefill), absl::ToDoubleSeconds(s.kv_transfer), e2e,
       status.ok() ? "" : absl::StrCat(" error=\"", absl::CHexEscape(status.message()), "\""));
   absl::MutexLock lock(&mu_);
   runs_.erase(run_id);

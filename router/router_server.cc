@@ -89,15 +89,15 @@ absl::Status RouterServer::Start() {
     // Tenant names only: keys never reach a log.
     LOG(INFO) << "router: API keys on for tenant(s) " << absl::StrJoin(api_keys_.tenants(), ", ");
   }
-  for (const auto& [front, address] : {std::pair<const char*, const std::string&>{
-                                           "gRPC", config.grpc_address},
-                                       {"HTTP", config.http_address}}) {
+  for (const auto& [front, address] :
+       {std::pair<const char*, const std::string&>{"gRPC", config.grpc_address},
+        {"HTTP", config.http_address}}) {
     if (!address.empty() && !api_keys_.enabled() && !IsLoopbackAddress(address)) {
       LOG(WARNING) << "router: WARNING: the public " << front << " front listens on " << address
                    << " beyond loopback without API keys: anyone who reaches it can use it "
-                      "(set auth.keys_file or " << (config.auth.keys_env.empty()
-                                                        ? std::string("auth.keys_env")
-                                                        : config.auth.keys_env)
+                      "(set auth.keys_file or "
+                   << (config.auth.keys_env.empty() ? std::string("auth.keys_env")
+                                                    : config.auth.keys_env)
                    << ")";
     }
   }

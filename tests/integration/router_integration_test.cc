@@ -907,12 +907,15 @@ TEST(TandemUpTest, SecureWantsAKeyOnBothFronts) {
   for (const httplib::Headers& h :
        {httplib::Headers{}, httplib::Headers{{"Authorization", key + "x"}},
         httplib::Headers{{"Authorization", "Bearer sk-tandem-dev-mallory-000000000000000"}}}) {
-    for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
-             {"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
-             {"GET", "/v1/models"}, {"GET", "/v1/nope"}}) {
-      auto res = method == "GET" ? cli.Get(path.c_str(), h)
-                                 : cli.Post(path.c_str(), h, path == "/v1/completions" ? completion : chat,
-                                            "application/json");
+    for (const auto& [method, path] :
+         std::vector<std::pair<std::string, std::string>>{{"POST", "/v1/completions"},
+                                                          {"POST", "/v1/chat/completions"},
+                                                          {"GET", "/v1/models"},
+                                                          {"GET", "/v1/nope"}}) {
+      auto res = method == "GET"
+                     ? cli.Get(path.c_str(), h)
+                     : cli.Post(path.c_str(), h, path == "/v1/completions" ? completion : chat,
+                                "application/json");
       ASSERT_TRUE(res) << path;
       EXPECT_EQ(res->status, 401) << path << ": " << res->body;
       EXPECT_EQ(res->get_header_value("WWW-Authenticate"), "Bearer") << path;
@@ -943,8 +946,8 @@ TEST(TandemUpTest, SecureWantsAKeyOnBothFronts) {
   GrpcResult none = Generate(procs[0].grpc_address, BosOnly(8));
   EXPECT_EQ(none.status.error_code(), grpc::StatusCode::UNAUTHENTICATED)
       << none.status.error_message();
-  GrpcResult wrong =
-      Generate(procs[0].grpc_address, BosOnly(8), nullptr, "Bearer sk-tandem-dev-mallory-0000000000");
+  GrpcResult wrong = Generate(procs[0].grpc_address, BosOnly(8), nullptr,
+                              "Bearer sk-tandem-dev-mallory-0000000000");
   EXPECT_EQ(wrong.status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   GrpcResult ok = Generate(procs[0].grpc_address, BosOnly(8), nullptr, "Bearer " + key);
   ASSERT_TRUE(ok.status.ok()) << ok.status.error_message() << "\n" << p.Tail();

@@ -59,8 +59,9 @@ TEST(ApiKeysTest, RefusalsAreUnauthenticatedAndNeverEchoTheKey) {
   ApiKeys keys = AcmeAndGlobex();
   const std::string wrong = "sk-acme-0123456789abcdeX";  // one byte off
   for (const std::string& value :
-       {std::string(""), std::string("Bearer"), std::string("Bearer "), absl::StrCat("Basic ", kAcmeKey),
-        std::string(kAcmeKey), absl::StrCat("Bearer ", wrong), absl::StrCat("Bearer ", kAcmeKey, "x"),
+       {std::string(""), std::string("Bearer"), std::string("Bearer "),
+        absl::StrCat("Basic ", kAcmeKey), std::string(kAcmeKey), absl::StrCat("Bearer ", wrong),
+        absl::StrCat("Bearer ", kAcmeKey, "x"),
         absl::StrCat("Bearer ", std::string(kAcmeKey).substr(0, 10))}) {
     absl::StatusOr<Tenant> t = keys.Authenticate(value);
     EXPECT_THAT(t, StatusIs(absl::StatusCode::kUnauthenticated, Not(HasSubstr("sk-"))))
@@ -85,8 +86,7 @@ TEST(ApiKeysTest, PublicPathsFollowTheConfig) {
   closed.public_health = false;
   closed.public_metrics = false;
   closed.keys_env = "TANDEM_API_KEYS";
-  absl::StatusOr<ApiKeys> keys =
-      ApiKeys::Load(closed, absl::StrCat("acme=", kAcmeKey));
+  absl::StatusOr<ApiKeys> keys = ApiKeys::Load(closed, absl::StrCat("acme=", kAcmeKey));
   ASSERT_TRUE(keys.ok()) << keys.status();
   for (const char* path : {"/health", "/health/ready", "/health/live", "/metrics"}) {
     EXPECT_TRUE(keys->RequiresKey(path)) << path;
@@ -118,9 +118,11 @@ TEST(ApiKeysTest, KeyFileWithKeysAndDigests) {
   ASSERT_TRUE(keys.AddKeyFile(absl::StrCat(R"(
 tenants:
   - name: acme
-    key: )", kAcmeKey, R"(
+    key: )",
+                                           kAcmeKey, R"(
   - name: globex
-    key_sha256: ")", kGlobexSha256, R"("
+    key_sha256: ")",
+                                           kGlobexSha256, R"("
   - name: acme            # a second key for acme (rotation)
     key: sk-acme-rotated-0123456789
 )"),
@@ -142,15 +144,21 @@ TEST(ApiKeysTest, BadKeyFileErrorsNameTheLineAndFieldNotTheKey) {
       {"tenant: []", "unknown key 'tenant'"},
       {"tenants: {acme: x}", "keys.yaml: tenants (line 1): want a list"},
       {"tenants:\n  - key: sk-missing-name-0123456789\n", "tenants[0] (line 2): name is missing"},
-      {"tenants:\n  - name: a\n    key: sk-short\n", "tenants[0] (line 2): key: the key must be 16..256 bytes, got 8"},
+      {"tenants:\n  - name: a\n    key: sk-short\n",
+       "tenants[0] (line 2): key: the key must be 16..256 bytes, got 8"},
       {"tenants:\n  - name: a\n  - name: b b\n    key: sk-0123456789abcdef0\n",
        "tenants[0] (line 2): give exactly one of key and key_sha256"},
-      {"tenants:\n  - name: ok\n    key: sk-0123456789abcdef0\n  - name: b b\n    key: sk-0123456789abcdef1\n",
+      {"tenants:\n  - name: ok\n    key: sk-0123456789abcdef0\n  - name: b b\n    key: "
+       "sk-0123456789abcdef1\n",
        "tenants[1] (line 4): name: tenant 'b b' may hold only"},
-      {"tenants:\n  - name: a\n    key: \"sk-0123456789 abcdef\"\n", "tenants[0] (line 2): key: the key may hold only printable"},
-      {"tenants:\n  - name: a\n    key_sha256: abc\n", "tenants[0] (line 2): key_sha256: want 64 hex digits"},
-      {"tenants:\n  - name: a\n    key: sk-0123456789abcdef0\n    colour: red\n", "tenants[0].colour"},
-      {"tenants:\n  - name: a\n    key: sk-0123456789abcdef0\n  - name: b\n    key: sk-0123456789abcdef0\n",
+      {"tenants:\n  - name: a\n    key: \"sk-0123456789 abcdef\"\n",
+       "tenants[0] (line 2): key: the key may hold only printable"},
+      {"tenants:\n  - name: a\n    key_sha256: abc\n",
+       "tenants[0] (line 2): key_sha256: want 64 hex digits"},
+      {"tenants:\n  - name: a\n    key: sk-0123456789abcdef0\n    colour: red\n",
+       "tenants[0].colour"},
+      {"tenants:\n  - name: a\n    key: sk-0123456789abcdef0\n  - name: b\n    key: "
+       "sk-0123456789abcdef0\n",
        "tenants[1] (line 4): this key is given twice (tenants a and b)"},
   };
   for (const Bad& c : cases) {

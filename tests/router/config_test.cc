@@ -123,11 +123,11 @@ TEST(RouterConfigTest, AuthErrorsNameTheKey) {
   RouterConfig c;
   c.models.push_back({"", "a.gguf", "", ""});
   c.auth.keys_env = "1KEYS";
-  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
-                                     HasSubstr("auth.keys_env: '1KEYS'")));
+  EXPECT_THAT(c.Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("auth.keys_env: '1KEYS'")));
   c.auth.keys_env = "MY_KEYS=";
-  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
-                                     HasSubstr("auth.keys_env")));
+  EXPECT_THAT(c.Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("auth.keys_env")));
 }
 
 }  // namespace

@@ -29,11 +29,11 @@ namespace {
 
 namespace v1 = ::tandem::v1;
 using json = nlohmann::json;
-using testing::FakeWorker;
-using testing::RouterHarness;
 using ::tandem::testing::SseData;
+using testing::FakeWorker;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using testing::RouterHarness;
 
 constexpr char kAliceKey[] = "sk-alice-0123456789abcdef";
 constexpr char kBobKey[] = "sk-bob-0123456789abcdef00";
@@ -103,9 +103,8 @@ TEST_F(RouterAuthTest, HttpWantsAKeyOnEveryRouteButHealthAndMetrics) {
   StartWorker();
   StartRouter(/*keys=*/true);
   httplib::Client cli = Http();
-  for (const httplib::Headers& h :
-       {httplib::Headers{}, Bearer("sk-mallory-0123456789abcdef"), Bearer(""),
-        httplib::Headers{{"Authorization", kAliceKey}}}) {
+  for (const httplib::Headers& h : {httplib::Headers{}, Bearer("sk-mallory-0123456789abcdef"),
+                                    Bearer(""), httplib::Headers{{"Authorization", kAliceKey}}}) {
     const std::string what = h.empty() ? "no key" : h.begin()->second.substr(0, 9);
     ExpectUnauthorized(cli.Post("/v1/completions", h, kCompletion, "application/json"),
                        "completions, " + what);
@@ -222,8 +221,8 @@ TEST_F(RouterAuthTest, GrpcWantsTheAuthorizationMetadata) {
   StartWorker();
   StartRouter(/*keys=*/true);
   for (const std::string& authorization :
-       {std::string(""), std::string("Bearer sk-mallory-0123456789abcdef"),
-        std::string(kAliceKey), absl::StrCat("Basic ", kAliceKey)}) {
+       {std::string(""), std::string("Bearer sk-mallory-0123456789abcdef"), std::string(kAliceKey),
+        absl::StrCat("Basic ", kAliceKey)}) {
     GrpcCodes c = CallEach(router_->stub(), authorization);
     EXPECT_EQ(c.generate, grpc::StatusCode::UNAUTHENTICATED) << authorization;
     EXPECT_EQ(c.list_models, grpc::StatusCode::UNAUTHENTICATED) << authorization;

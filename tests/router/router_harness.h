@@ -28,7 +28,8 @@ class RouterHarness {
     if (config.models.empty()) {
       config.models.push_back({"stories260K", StoriesPath(), "", ""});
     }
-    absl::StatusOr<std::unique_ptr<RouterServer>> server = RouterServer::Create(std::move(config), std::move(api_keys));
+    absl::StatusOr<std::unique_ptr<RouterServer>> server =
+        RouterServer::Create(std::move(config), std::move(api_keys));
     EXPECT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value();  // aborts the test binary on failure
     absl::Status s = server_->Start();

@@ -84,6 +84,17 @@ absl::Status RouterConfig::Validate() const {
       return absl::InvalidArgumentError(absl::StrCat("workers.dns: '", w, "' is not name:port"));
     }
   }
+  RETURN_IF_ERROR(
+      internal_tls.Validate("internal_tls.ca", "internal_tls.cert", "internal_tls.key"));
+  for (const auto& [what, list] :
+       {std::pair<const char*, const std::vector<std::string>*>{"workers.static",
+                                                                &d.static_workers},
+        {"workers.dns", &d.dns_workers}}) {
+    for (const std::string& w : *list) {
+      RETURN_IF_ERROR(proto::CheckInternalAddress(what, w, internal_tls.enabled(),
+                                                  allow_insecure_internal));
+    }
+  }
   const LimitsConfig& l = limits;
   if (l.max_inflight < 1) {
     return absl::InvalidArgumentError(
@@ -127,7 +138,8 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
   RouterConfig c;
   RETURN_IF_ERROR(CheckKeys(root, "",
                             {"grpc_address", "http_address", "mode", "max_route_attempts",
-                             "http_threads", "models", "workers", "limits"}));
+                             "http_threads", "models", "workers", "internal_tls",
+                             "allow_insecure_internal", "limits"}));
   RETURN_IF_ERROR(ReadString(root, "grpc_address", "", &c.grpc_address));
   RETURN_IF_ERROR(ReadString(root, "http_address", "", &c.http_address));
   std::string mode(RoutingModeName(c.mode));
@@ -135,6 +147,13 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
   ASSIGN_OR_RETURN(c.mode, ParseRoutingMode(mode));
   RETURN_IF_ERROR(ReadInt32(root, "max_route_attempts", "", &c.max_route_attempts));
   RETURN_IF_ERROR(ReadInt32(root, "http_threads", "", &c.http_threads));
+  RETURN_IF_ERROR(
+      internal::ReadBool(root, "allow_insecure_internal", "", &c.allow_insecure_internal));
+  auto resolve = [&](std::string* path) {
+    if (!path->empty() && !base_dir.empty() && std::filesystem::path(*path).is_relative()) {
+      *path = (std::filesystem::path(std::string(base_dir)) / *path).lexically_normal();
+    }
+  };
 
   if (root && root.IsMap() && root["models"]) {
     YAML::Node models = root["models"];
@@ -150,9 +169,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
       RETURN_IF_ERROR(ReadString(m, "path", path, &mc.path));
       RETURN_IF_ERROR(ReadString(m, "chat_template", path, &mc.chat_template));
       RETURN_IF_ERROR(ReadString(m, "worker_model", path, &mc.worker_model));
-      if (!mc.path.empty() && !base_dir.empty() && std::filesystem::path(mc.path).is_relative()) {
-        mc.path = (std::filesystem::path(std::string(base_dir)) / mc.path).lexically_normal();
-      }
+      resolve(&mc.path);
       c.models.push_back(std::move(mc));
     }
   }
@@ -169,6 +186,17 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
     RETURN_IF_ERROR(ReadDuration(w, "heartbeat_timeout", "workers", &d.heartbeat_timeout));
     RETURN_IF_ERROR(ReadDuration(w, "backoff_initial", "workers", &d.backoff_initial));
     RETURN_IF_ERROR(ReadDuration(w, "backoff_max", "workers", &d.backoff_max));
+  }
+
+  if (root && root.IsMap() && root["internal_tls"]) {
+    YAML::Node t = root["internal_tls"];
+    RETURN_IF_ERROR(CheckKeys(t, "internal_tls", {"ca", "cert", "key"}));
+    RETURN_IF_ERROR(ReadString(t, "ca", "internal_tls", &c.internal_tls.ca_file));
+    RETURN_IF_ERROR(ReadString(t, "cert", "internal_tls", &c.internal_tls.cert_file));
+    RETURN_IF_ERROR(ReadString(t, "key", "internal_tls", &c.internal_tls.key_file));
+    resolve(&c.internal_tls.ca_file);
+    resolve(&c.internal_tls.cert_file);
+    resolve(&c.internal_tls.key_file);
   }
 
   if (root && root.IsMap() && root["limits"]) {

@@ -18,6 +18,13 @@
 //   log_dir: ""                     # per-process logs; "" = a fresh temp dir
 //   health_timeout: 120s            # for the whole cluster to come up
 //   grace: 15s                      # shutdown: SIGTERM -> SIGKILL
+//   internal_tls: dev               # mutual TLS between router and workers (docs/security.md):
+//                                   #   dev: a development CA and cluster certificate made
+//                                   #   in <log dir>/certs by scripts/make_dev_ca.sh (found
+//                                   #   as $TANDEM_SCRIPTS/make_dev_ca.sh, else
+//                                   #   <tandem binary>/../../scripts/make_dev_ca.sh);
+//                                   #   {ca: , cert: , key: }: these PEM files;
+//                                   #   off: plaintext (allowed on a loopback host only)
 //   restart:                        # a process that dies is started again
 //     max_failures: 5               #   rapid failures in a row, then give up (0 = never restart)
 //     backoff: 500ms                #   before the first restart, doubling each time ...
@@ -30,7 +37,10 @@
 //     limits: {max_inflight: 64}
 //   prefill:   {replicas: 1, config: {...}}   # config: worker keys (common/serving/worker_config.h)
 //   decode:    {replicas: 1, config: {...}}   #   passed through; tandem up sets model, role,
-//   colocated: {replicas: 0, config: {...}}   #   listen, metrics_port and worker_id
+//   colocated: {replicas: 0, config: {...}}   #   listen, metrics_port, worker_id and
+//                                             #   tls_*; ucx_net_devices defaults to "lo"
+//                                             #   on a loopback host (UCX's TCP listens
+//                                             #   on loopback only)
 //
 // Library code for the `tandem` binary (tests drive it as a subprocess).
 // Not thread-safe: one thread runs Start / Supervise / Stop.
@@ -39,6 +49,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -47,6 +58,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "proto/tls_credentials.h"
 #include "yaml-cpp/yaml.h"
 
 namespace tandem::router::cli {
@@ -63,9 +75,13 @@ struct RestartPolicy {
   absl::Duration reset_after = absl::Seconds(60);
 };
 
+enum class InternalTls { kDev, kFiles, kOff };
+
 struct ClusterSpec {
   std::string model;            // absolute or relative to the working directory
   std::string host = "127.0.0.1";
+  InternalTls internal_tls = InternalTls::kDev;
+  proto::TlsFiles tls_files;    // kFiles: as given; kDev: filled in by Start()
   std::string bin_dir;
   std::string log_dir;
   absl::Duration health_timeout = absl::Seconds(120);
@@ -79,7 +95,8 @@ struct ClusterSpec {
   RoleSpec colocated;
 
   // InvalidArgument naming the field: no model, no workers, prefill without
-  // decode (or the reverse), negative replicas, a bad restart policy.
+  // decode (or the reverse), negative replicas, a bad restart policy;
+  // FailedPrecondition for internal_tls off on a non-loopback host.
   absl::Status Validate() const;
 };
 
@@ -154,8 +171,13 @@ class Cluster {
   void Restart(std::ostream& log);
   // Rewrites `p`'s config to listen on the ports it had bound.
   absl::Status PinPorts(const Process& p) const;
+  // Sets spec_.tls_files (kDev: runs scripts/make_dev_ca.sh into
+  // `run_dir`/certs) and worker_credentials_.
+  absl::Status SetUpInternalTls(const std::string& run_dir, std::ostream& log);
 
   ClusterSpec spec_;
+  // Health checks of the workers (mutual TLS unless internal_tls is off).
+  std::shared_ptr<grpc::ChannelCredentials> worker_credentials_;
   std::vector<Process> procs_;   // workers first, the router last
   bool stopped_ = false;
   bool supervising_ = false;

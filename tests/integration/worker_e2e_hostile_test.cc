@@ -112,6 +112,15 @@ std::vector<Forgery> Forgeries() {
                  r.set_expected_bytes(r.expected_bytes() * 2);
                }),
                grpc::StatusCode::INVALID_ARGUMENT, "expected_bytes"});
+  // Issue 8: the Commit channel dials plain host:port only (no unix: or
+  // dns:/// URI a forger could point it at), refused before any KV moves.
+  f.push_back({"DecodeWorkerIsAUri", Reservation([](v1::KvReservation& r) {
+                 r.set_decode_worker("unix:/tmp/tandem-not-a-decode-worker.sock");
+               }),
+               grpc::StatusCode::INVALID_ARGUMENT, "decode_worker"});
+  f.push_back({"DecodeWorkerWithoutPort",
+               Reservation([](v1::KvReservation& r) { r.set_decode_worker("127.0.0.1"); }),
+               grpc::StatusCode::INVALID_ARGUMENT, "decode_worker"});
   f.push_back({"GarbageWorkerAddress",
                Reservation([](v1::KvReservation& r) { r.set_worker_address(RandomBytes(40, 9)); }),
                grpc::StatusCode::INVALID_ARGUMENT, "worker_address"});

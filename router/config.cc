@@ -149,11 +149,6 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
   RETURN_IF_ERROR(ReadInt32(root, "http_threads", "", &c.http_threads));
   RETURN_IF_ERROR(
       internal::ReadBool(root, "allow_insecure_internal", "", &c.allow_insecure_internal));
-  auto resolve = [&](std::string* path) {
-    if (!path->empty() && !base_dir.empty() && std::filesystem::path(*path).is_relative()) {
-      *path = (std::filesystem::path(std::string(base_dir)) / *path).lexically_normal();
-    }
-  };
 
   if (root && root.IsMap() && root["models"]) {
     YAML::Node models = root["models"];
@@ -169,7 +164,9 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
       RETURN_IF_ERROR(ReadString(m, "path", path, &mc.path));
       RETURN_IF_ERROR(ReadString(m, "chat_template", path, &mc.chat_template));
       RETURN_IF_ERROR(ReadString(m, "worker_model", path, &mc.worker_model));
-      resolve(&mc.path);
+      if (!mc.path.empty() && !base_dir.empty() && std::filesystem::path(mc.path).is_relative()) {
+        mc.path = (std::filesystem::path(std::string(base_dir)) / mc.path).lexically_normal();
+      }
       c.models.push_back(std::move(mc));
     }
   }
@@ -189,14 +186,8 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
   }
 
   if (root && root.IsMap() && root["internal_tls"]) {
-    YAML::Node t = root["internal_tls"];
-    RETURN_IF_ERROR(CheckKeys(t, "internal_tls", {"ca", "cert", "key"}));
-    RETURN_IF_ERROR(ReadString(t, "ca", "internal_tls", &c.internal_tls.ca_file));
-    RETURN_IF_ERROR(ReadString(t, "cert", "internal_tls", &c.internal_tls.cert_file));
-    RETURN_IF_ERROR(ReadString(t, "key", "internal_tls", &c.internal_tls.key_file));
-    resolve(&c.internal_tls.ca_file);
-    resolve(&c.internal_tls.cert_file);
-    resolve(&c.internal_tls.key_file);
+    RETURN_IF_ERROR(
+        internal::ReadTlsFiles(root["internal_tls"], "internal_tls", base_dir, &c.internal_tls));
   }
 
   if (root && root.IsMap() && root["limits"]) {

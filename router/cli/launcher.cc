@@ -168,13 +168,7 @@ absl::StatusOr<ClusterSpec> ParseClusterYaml(absl::string_view yaml, absl::strin
   if (root && root.IsMap() && root["internal_tls"]) {
     const YAML::Node t = root["internal_tls"];
     if (t.IsMap()) {
-      RETURN_IF_ERROR(CheckKeys(t, "internal_tls", {"ca", "cert", "key"}));
-      RETURN_IF_ERROR(internal::ReadString(t, "ca", "internal_tls", &spec.tls_files.ca_file));
-      RETURN_IF_ERROR(internal::ReadString(t, "cert", "internal_tls", &spec.tls_files.cert_file));
-      RETURN_IF_ERROR(internal::ReadString(t, "key", "internal_tls", &spec.tls_files.key_file));
-      spec.tls_files = {Resolve(spec.tls_files.ca_file, base_dir),
-                        Resolve(spec.tls_files.cert_file, base_dir),
-                        Resolve(spec.tls_files.key_file, base_dir)};
+      RETURN_IF_ERROR(internal::ReadTlsFiles(t, "internal_tls", base_dir, &spec.tls_files));
       spec.internal_tls = InternalTls::kFiles;
     } else {
       std::string mode;

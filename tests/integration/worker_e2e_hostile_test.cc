@@ -10,9 +10,11 @@
 // request's blocks, before the decode worker's Commit refuses it NOT_FOUND.
 //
 // Known gap: a structurally valid rkey that names other memory (another
-// process's registration) cannot be told from a genuine one here; only an
-// authenticated channel between the workers closes that (a later part of the
-// issue).
+// process's registration) cannot be told from a genuine one here. Internal
+// mutual TLS (worker_e2e_mtls_test) keeps callers without a cluster
+// certificate from sending a Prefill at all; these workers run without it to
+// reach the validation behind it. A cluster member holding a valid
+// certificate remains trusted (docs/security.md).
 
 #include <grpcpp/grpcpp.h>
 

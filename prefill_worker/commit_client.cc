@@ -4,8 +4,10 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "proto/grpc_status.h"
+#include "proto/tls_credentials.h"
 
 namespace tandem::prefill_worker {
 
@@ -13,8 +15,8 @@ tandem::v1::Decode::Stub* CommitClient::StubFor(const std::string& address) {
   absl::MutexLock lock(&mu_);
   auto& stub = stubs_[address];
   if (stub == nullptr) {
-    stub = tandem::v1::Decode::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    // `address` was checked to be host:port; TLS verifies its certificate.
+    stub = tandem::v1::Decode::NewStub(grpc::CreateChannel(address, credentials_));
   }
   return stub.get();
 }
@@ -39,6 +41,13 @@ void CommitClient::Shutdown() {
 }
 
 void CommitClient::Commit(CommitArgs args, absl::AnyInvocable<void(absl::Status) &&> done) {
+  // The decode worker's address comes from the (authenticated) Prefill
+  // request; gRPC would also dial URIs (unix:, dns:///...): refuse those.
+  if (absl::Status s = proto::CheckHostPort(args.decode_worker); !s.ok()) {
+    std::move(done)(absl::InvalidArgumentError(
+        absl::StrCat("reservation.decode_worker: ", s.message())));
+    return;
+  }
   auto* call = new Call();
   if (args.deadline != absl::InfiniteFuture()) {
     call->context.set_deadline(absl::ToChronoTime(args.deadline));

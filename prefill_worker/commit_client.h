@@ -2,6 +2,14 @@
 // CommitClient: the gRPC Committer: sends Decode.Commit to the decode worker
 // named in the reservation over a cached channel per address, with the
 // reservation's deadline. Thread-safe; `done` runs on a gRPC callback thread.
+//
+// The address comes from the Prefill request. With internal mutual TLS that
+// request can only come from an authenticated cluster member, and the channel
+// verifies the decode worker's certificate against the cluster CA, so a
+// forged address cannot make this worker talk to (or push to) a stranger.
+// An address that is not plain host:port is refused without dialing.
+
+#include <grpcpp/security/credentials.h>
 
 #include <memory>
 #include <string>
@@ -17,6 +25,9 @@ namespace tandem::prefill_worker {
 
 class CommitClient final : public Committer {
  public:
+  // `credentials`: proto::MakeChannelCredentials of the worker's TLS files.
+  explicit CommitClient(std::shared_ptr<grpc::ChannelCredentials> credentials)
+      : credentials_(std::move(credentials)) {}
   ~CommitClient() override;  // Shutdown()
 
   // After Shutdown, commits fail with UNAVAILABLE at once.
@@ -30,6 +41,7 @@ class CommitClient final : public Committer {
   struct Call;
   tandem::v1::Decode::Stub* StubFor(const std::string& address);
 
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_set<Call*> in_flight_ ABSL_GUARDED_BY(mu_);

@@ -11,6 +11,7 @@
 #include "common/base/status_macros.h"
 #include "common/serving/request_validation.h"
 #include "proto/grpc_status.h"
+#include "proto/tls_credentials.h"
 
 namespace tandem::prefill_worker {
 namespace {
@@ -152,6 +153,10 @@ absl::StatusOr<PrefillJob> PrefillService::ToJob(const tandem::v1::PrefillReques
   if (job.decode_worker.empty()) {
     return absl::InvalidArgumentError("prefill: reservation.decode_worker is empty");
   }
+  // Dialed for Decode.Commit (CommitClient): plain host:port only, before any
+  // KV is pushed.
+  RETURN_IF_ERROR(base::Annotate(proto::CheckHostPort(job.decode_worker),
+                                 "prefill: reservation.decode_worker"));
   if (r.deadline_unix_seconds() > 0) {
     job.deadline = absl::UnixEpoch() + absl::Seconds(r.deadline_unix_seconds());
   }

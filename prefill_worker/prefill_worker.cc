@@ -6,6 +6,7 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/engine/format/ggml_type.h"
+#include "proto/tls_credentials.h"
 
 namespace tandem::prefill_worker {
 namespace {
@@ -44,7 +45,9 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(const servi
                                                 static_cast<uint64_t>(engine->kv_pool_bytes())));
   const std::string transport_name = w->transport_->capabilities().name;
   w->prefill_metrics_ = std::make_unique<PrefillMetrics>(w->registry_, transport_name);
-  w->committer_ = std::make_unique<CommitClient>();
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> commit_credentials,
+                   proto::MakeChannelCredentials(config.tls()));
+  w->committer_ = std::make_unique<CommitClient>(std::move(commit_credentials));
 
   PrefillEngineOptions opts;
   opts.scheduler.token_budget = config.token_budget;

@@ -98,6 +98,17 @@ absl::Status RouterConfig::Validate() const {
       return absl::InvalidArgumentError(absl::StrCat("workers.dns: '", w, "' is not name:port"));
     }
   }
+  RETURN_IF_ERROR(
+      internal_tls.Validate("internal_tls.ca", "internal_tls.cert", "internal_tls.key"));
+  for (const auto& [what, list] :
+       {std::pair<const char*, const std::vector<std::string>*>{"workers.static",
+                                                                &d.static_workers},
+        {"workers.dns", &d.dns_workers}}) {
+    for (const std::string& w : *list) {
+      RETURN_IF_ERROR(proto::CheckInternalAddress(what, w, internal_tls.enabled(),
+                                                  allow_insecure_internal));
+    }
+  }
   const LimitsConfig& l = limits;
   if (l.max_inflight < 1) {
     return absl::InvalidArgumentError(
@@ -146,10 +157,11 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
                                                    absl::string_view base_dir) {
   ASSIGN_OR_RETURN(YAML::Node root, internal::LoadYaml(yaml));
   RouterConfig c;
-  RETURN_IF_ERROR(
-      CheckKeys(root, "",
-                {"grpc_address", "http_address", "mode", "max_route_attempts", "http_threads",
-                 "models", "workers", "limits", "auth", "expose_route_workers"}));
+  RETURN_IF_ERROR(CheckKeys(root, "",
+                            {"grpc_address", "http_address", "mode", "max_route_attempts",
+                             "http_threads", "models", "workers", "internal_tls",
+                             "allow_insecure_internal", "limits", "auth",
+                             "expose_route_workers"}));
   RETURN_IF_ERROR(ReadString(root, "grpc_address", "", &c.grpc_address));
   RETURN_IF_ERROR(ReadString(root, "http_address", "", &c.http_address));
   std::string mode(RoutingModeName(c.mode));
@@ -158,6 +170,8 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
   RETURN_IF_ERROR(ReadInt32(root, "max_route_attempts", "", &c.max_route_attempts));
   RETURN_IF_ERROR(ReadInt32(root, "http_threads", "", &c.http_threads));
   RETURN_IF_ERROR(ReadBool(root, "expose_route_workers", "", &c.expose_route_workers));
+  RETURN_IF_ERROR(
+      internal::ReadBool(root, "allow_insecure_internal", "", &c.allow_insecure_internal));
 
   if (root && root.IsMap() && root["models"]) {
     YAML::Node models = root["models"];
@@ -190,6 +204,11 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
     RETURN_IF_ERROR(ReadDuration(w, "heartbeat_timeout", "workers", &d.heartbeat_timeout));
     RETURN_IF_ERROR(ReadDuration(w, "backoff_initial", "workers", &d.backoff_initial));
     RETURN_IF_ERROR(ReadDuration(w, "backoff_max", "workers", &d.backoff_max));
+  }
+
+  if (root && root.IsMap() && root["internal_tls"]) {
+    RETURN_IF_ERROR(
+        internal::ReadTlsFiles(root["internal_tls"], "internal_tls", base_dir, &c.internal_tls));
   }
 
   if (root && root.IsMap() && root["limits"]) {

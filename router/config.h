@@ -26,6 +26,12 @@
 //     heartbeat_timeout: 3s
 //     backoff_initial: 100ms
 //     backoff_max: 5s
+//   internal_tls:                   # mutual TLS to the workers (docs/security.md):
+//     ca: ""                        #   cluster CA (PEM), verifies each worker
+//     cert: ""                      #   the router's certificate (PEM), shown to workers
+//     key: ""                       #   its key; all three or none (none: plaintext)
+//   allow_insecure_internal: false  # without internal_tls, a non-loopback worker
+//                                   # address is refused unless this is true
 //   limits:
 //     max_inflight: 256             # admitted requests at once; more -> 429
 //     retry_after: 1s
@@ -58,6 +64,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "proto/tls_credentials.h"
 
 namespace tandem::router {
 
@@ -119,19 +126,25 @@ struct RouterConfig {
   int32_t http_threads = 0;
   std::vector<ServedModelConfig> models;
   DiscoveryConfig discovery;
+  // Internal mutual TLS for the channels to workers; off when no file is set.
+  proto::TlsFiles internal_tls;
+  bool allow_insecure_internal = false;
   LimitsConfig limits;
   AuthConfig auth;
   // Public clients see which workers served them (RouteInfo.prefill_worker /
   // decode_worker): worker ids default to role@address, an internal detail.
   bool expose_route_workers = false;
 
-  // InvalidArgument naming the field.
+  // InvalidArgument naming the field; FailedPrecondition for a non-loopback
+  // worker address (static or dns) without internal_tls unless
+  // allow_insecure_internal.
   absl::Status Validate() const;
 };
 
 // Parses the YAML above. Unknown keys and wrongly typed values are
 // InvalidArgument naming the key path ("limits.max_n: ..."). Relative model
-// paths are resolved against `base_dir` when it is not empty. Does not
+// and internal_tls paths are resolved against `base_dir` when it is not
+// empty. Does not
 // Validate().
 absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
                                                    absl::string_view base_dir = "");

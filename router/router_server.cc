@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
+#include "proto/tls_credentials.h"
 #include "router/readiness.h"
 
 namespace tandem::router {
@@ -21,10 +22,12 @@ constexpr std::chrono::seconds kGrpcShutdownDeadline(5);
 constexpr char kGenerationService[] = "tandem.v1.Generation";
 
 WorkerWatcher::Options WatcherOptions(const DiscoveryConfig& discovery,
+                                      std::shared_ptr<grpc::ChannelCredentials> credentials,
                                       std::atomic<Router*>* router,
                                       std::function<void(const RegistrySnapshot&)> on_publish) {
   WorkerWatcher::Options o;
   o.discovery = discovery;
+  o.credentials = std::move(credentials);
   o.on_publish = std::move(on_publish);
   o.on_departed = [router](const std::string& address, const absl::Status& why) {
     if (Router* r = router->load()) {
@@ -42,12 +45,21 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterConfig 
   if (!catalog.ok()) {
     return catalog.status();
   }
-  return std::unique_ptr<RouterServer>(
-      new RouterServer(std::move(config), *std::move(catalog), std::move(api_keys)));
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      proto::MakeChannelCredentials(config.internal_tls);
+  if (!credentials.ok()) {
+    return credentials.status();
+  }
+  if (!config.internal_tls.enabled() && config.allow_insecure_internal) {
+    LOG(WARNING) << "router: talking to workers WITHOUT TLS (allow_insecure_internal)";
+  }
+  return std::unique_ptr<RouterServer>(new RouterServer(
+      std::move(config), *std::move(catalog), std::move(api_keys), *std::move(credentials)));
 }
 
-RouterServer::RouterServer(RouterConfig config, ModelCatalog catalog, ApiKeys api_keys)
-    : watcher_(WatcherOptions(config.discovery, &router_for_watcher_,
+RouterServer::RouterServer(RouterConfig config, ModelCatalog catalog, ApiKeys api_keys,
+                           std::shared_ptr<grpc::ChannelCredentials> worker_credentials)
+    : watcher_(WatcherOptions(config.discovery, std::move(worker_credentials), &router_for_watcher_,
                               [this](const RegistrySnapshot& s) { OnPublish(s); })),
       router_(std::move(config), std::move(catalog), [this] { return watcher_.snapshot(); },
               metrics_),

@@ -40,8 +40,9 @@ namespace tandem::router {
 
 class RouterServer {
  public:
-  // Loads the configured models (tokenizer and metadata only); their errors
-  // (NotFound, InvalidArgument naming the model) come back unchanged. Nothing
+  // Loads the configured models (tokenizer and metadata only) and the
+  // internal TLS files; their errors (NotFound, InvalidArgument naming the
+  // model or file) come back unchanged. Nothing
   // is bound and no thread runs until Start(). `config` must be Validate()d.
   // `api_keys` guard both public fronts (router/auth.h; none: open).
   static absl::StatusOr<std::unique_ptr<RouterServer>> Create(RouterConfig config,
@@ -79,7 +80,8 @@ class RouterServer {
   base::MetricsRegistry& metrics() { return metrics_; }
 
  private:
-  RouterServer(RouterConfig config, ModelCatalog catalog, ApiKeys api_keys);
+  RouterServer(RouterConfig config, ModelCatalog catalog, ApiKeys api_keys,
+               std::shared_ptr<grpc::ChannelCredentials> worker_credentials);
   // Control thread (the watcher's on_publish): grpc.health.v1 follows readiness.
   void OnPublish(const RegistrySnapshot& snapshot);
   // Sets grpc.health.v1 from `snapshot` unless draining.

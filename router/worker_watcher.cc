@@ -41,7 +41,8 @@ WorkerLoadInfo FromProto(const tandem::v1::WorkerLoad& l) {
   return out;
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& address, const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
   grpc::ChannelArguments args;
   // Reconnect to a restarted worker quickly; the watcher has its own backoff.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
@@ -49,7 +50,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   // A channel per worker: never share a subchannel with another router channel.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  // Mutual TLS when internal_tls is configured: the worker's certificate is
+  // checked against the cluster CA and the router presents its own.
+  return grpc::CreateCustomChannel(
+      address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(), args);
 }
 
 }  // namespace
@@ -277,7 +281,7 @@ void WorkerWatcher::RefreshTargets(absl::Time now) {
   }
   for (const std::string& a : added) {
     Target t;
-    t.channel = MakeChannel(a);
+    t.channel = MakeChannel(a, options_.credentials);
     t.backoff = d.backoff_initial;
     registry_.SetChannel(a, t.channel);
     targets_.emplace(a, std::move(t));

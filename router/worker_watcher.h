@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include <grpcpp/security/credentials.h>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -43,6 +45,9 @@ class WorkerWatcher {
  public:
   struct Options {
     DiscoveryConfig discovery;
+    // Of every channel to a worker (proto::MakeChannelCredentials of
+    // RouterConfig::internal_tls); null: insecure.
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
     base::Clock* clock = &base::RealClock::Get();
     Resolver resolver = ResolveWithGetaddrinfo;
     // How often the loop checks liveness and due reconnects.

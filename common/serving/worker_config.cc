@@ -68,7 +68,8 @@ const char* WorkerRoleName(WorkerRole role) {
 const std::vector<std::string>& WorkerConfig::Keys() {
   static const auto* keys = new std::vector<std::string>{
       "worker_id",       "role",           "model",          "listen",
-      "advertise",       "metrics_port",   "metrics_host",   "threads",
+      "advertise",       "metrics_port",   "metrics_host",   "tls_ca",
+      "tls_cert",        "tls_key",        "allow_insecure_internal", "threads",
       "kv_cache_bytes",  "kv_blocks",      "block_size",     "kv_dtype",
       "prefix_cache",    "chunk_size",     "token_budget",   "max_running",
       "max_queued",      "transport",      "transport_mode", "ucx_tls",
@@ -100,6 +101,14 @@ absl::Status WorkerConfig::Set(absl::string_view key, absl::string_view value) {
     return ParseInt32(key, value, &metrics_port);
   } else if (key == "metrics_host") {
     metrics_host = std::string(value);
+  } else if (key == "tls_ca") {
+    tls_ca = std::string(value);
+  } else if (key == "tls_cert") {
+    tls_cert = std::string(value);
+  } else if (key == "tls_key") {
+    tls_key = std::string(value);
+  } else if (key == "allow_insecure_internal") {
+    return ParseBool(key, value, &allow_insecure_internal);
   } else if (key == "threads") {
     return ParseInt32(key, value, &threads);
   } else if (key == "kv_cache_bytes") {
@@ -204,6 +213,9 @@ absl::Status WorkerConfig::Validate() const {
   if (listen.empty()) {
     return absl::InvalidArgumentError("config: listen is required (host:port)");
   }
+  RETURN_IF_ERROR(tls().Validate("tls_ca", "tls_cert", "tls_key"));
+  RETURN_IF_ERROR(proto::CheckInternalAddress("config: listen", listen, tls().enabled(),
+                                              allow_insecure_internal));
   if (metrics_port < -1 || metrics_port > 65535) {
     return bad("metrics_port", metrics_port, "-1 (off), 0 (any) or a port");
   }

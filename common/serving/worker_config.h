@@ -8,11 +8,18 @@
 //   worker_id: ""                 # "" -> "<role>@<advertise address>"
 //   role: decode                  # decode | colocated (tandem-decode); prefill (tandem-prefill)
 //   model: ""                     # GGUF path, required
-//   listen: "0.0.0.0:50051"       # gRPC listen address; port 0 picks a free port
+//   listen: "127.0.0.1:50051"     # gRPC listen address; port 0 picks a free port
 //   advertise: ""                 # address peers dial (Decode.Commit); "" -> listen host
 //                                 #   (hostname for 0.0.0.0) with the bound port
-//   metrics_port: 9090            # Prometheus /metrics over HTTP; 0 picks a free port, -1 off
-//   metrics_host: "0.0.0.0"
+//   metrics_port: 9090            # Prometheus /metrics and health over plaintext HTTP
+//                                 #   (kubelet probes); 0 picks a free port, -1 off
+//   metrics_host: "127.0.0.1"
+//   tls_ca: ""                    # internal mutual TLS (docs/security.md): the cluster CA,
+//   tls_cert: ""                  #   this worker's certificate and key (PEM). Set all three
+//   tls_key: ""                   #   or none; then the gRPC server requires a client cert
+//                                 #   from the CA and the Commit channel presents this one
+//   allow_insecure_internal: false  # without TLS a non-loopback `listen` is refused
+//                                 #   unless this is true (then a WARNING is logged)
 //   threads: 0                    # compute threads; 0 = all hardware threads
 //   kv_cache_bytes: 268435456     # KV pool size (when kv_blocks is 0)
 //   kv_blocks: 0                  # KV pool size in blocks; overrides kv_cache_bytes when > 0
@@ -27,6 +34,7 @@
 //   transport_mode: auto          # auto | put | am
 //   ucx_tls: ""                   # UCX_TLS syntax ("sm", "tcp", "rc,sm"); "" = UCX default
 //   ucx_net_devices: ""           # UCX_NET_DEVICES syntax ("lo", "mlx5_0:1"); "" = UCX default
+//                                 #   = every interface; `tandem up` sets "lo" for tcp
 //   reservation_deadline: 30s     # decode: a reservation whose KV is not committed by then is freed
 //   drain_grace: 30s              # SIGTERM: time in-flight requests get to finish
 //   heartbeat_interval: 1s        # Control.Watch heartbeats
@@ -42,6 +50,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/engine/engine.h"
+#include "proto/tls_credentials.h"
 
 namespace tandem::serving {
 
@@ -52,10 +61,14 @@ struct WorkerConfig {
   std::string worker_id;
   WorkerRole role = WorkerRole::kDecode;
   std::string model;
-  std::string listen = "0.0.0.0:50051";
+  std::string listen = "127.0.0.1:50051";
   std::string advertise;
   int32_t metrics_port = 9090;
-  std::string metrics_host = "0.0.0.0";
+  std::string metrics_host = "127.0.0.1";
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  bool allow_insecure_internal = false;
   int32_t threads = 0;
   int64_t kv_cache_bytes = 256ll << 20;
   int32_t kv_blocks = 0;
@@ -90,8 +103,13 @@ struct WorkerConfig {
   // InvalidArgument naming the field: empty model, bad sizes (block_size,
   // chunk_size, token_budget, max_running, max_queued, threads < 0,
   // kv_cache_bytes/kv_blocks), metrics_port outside [-1, 65535], unknown
-  // transport or mode, non-positive durations.
+  // transport or mode, non-positive durations, some but not all of tls_*.
+  // FailedPrecondition for a non-loopback `listen` without TLS unless
+  // allow_insecure_internal.
   absl::Status Validate() const;
+
+  // The internal TLS files (not enabled() when the tls_* keys are empty).
+  proto::TlsFiles tls() const { return {tls_ca, tls_cert, tls_key}; }
 
   engine::EngineConfig ToEngineConfig() const;
 

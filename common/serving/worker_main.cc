@@ -13,10 +13,15 @@ ABSL_FLAG(std::string, config, "", "YAML config file; flags given on the command
 // tandem-decode's (the prefill worker has no use for it).
 ABSL_FLAG(std::string, worker_id, "", "worker id (default <role>@<address>)");
 ABSL_FLAG(std::string, model, "", "GGUF model path (required)");
-ABSL_FLAG(std::string, listen, "", "gRPC listen address (default 0.0.0.0:50051; port 0: any)");
+ABSL_FLAG(std::string, listen, "", "gRPC listen address (default 127.0.0.1:50051; port 0: any)");
 ABSL_FLAG(std::string, advertise, "", "address peers dial (default: listen host, bound port)");
 ABSL_FLAG(std::string, metrics_port, "", "Prometheus /metrics port (default 9090; 0 any, -1 off)");
-ABSL_FLAG(std::string, metrics_host, "", "metrics bind host (default 0.0.0.0)");
+ABSL_FLAG(std::string, metrics_host, "", "metrics bind host (default 127.0.0.1)");
+ABSL_FLAG(std::string, tls_ca, "", "internal mTLS: cluster CA PEM (with --tls_cert, --tls_key)");
+ABSL_FLAG(std::string, tls_cert, "", "internal mTLS: this worker's certificate PEM");
+ABSL_FLAG(std::string, tls_key, "", "internal mTLS: this worker's private key PEM");
+ABSL_FLAG(std::string, allow_insecure_internal, "",
+          "true: serve a non-loopback listen address without TLS (default false)");
 ABSL_FLAG(std::string, threads, "", "compute threads (default 0: all)");
 ABSL_FLAG(std::string, kv_cache_bytes, "", "KV pool bytes (default 268435456)");
 ABSL_FLAG(std::string, kv_blocks, "", "KV pool blocks, overrides kv_cache_bytes (default 0)");

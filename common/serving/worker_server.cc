@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "proto/tls_credentials.h"
 
 namespace tandem::serving {
 namespace {
@@ -45,9 +46,20 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   s->control_ =
       std::make_unique<WorkerControlService>(std::move(snapshot), config.heartbeat_interval);
 
+  // Internal mutual TLS when the tls_* keys are set: every caller (router,
+  // prefill worker, `tandem up`) must present a certificate from the cluster
+  // CA, for every service on this port (Decode / Prefill, Control.Watch,
+  // grpc.health.v1). Probes use the plaintext metrics port instead.
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   proto::MakeServerCredentials(config.tls()));
+  if (!config.tls().enabled() && !proto::IsLoopbackAddress(config.listen)) {
+    LOG(WARNING) << "serving the internal gRPC services on " << config.listen
+                 << " WITHOUT TLS (allow_insecure_internal): anyone who can reach it can "
+                    "reserve KV, cancel requests and read the pool layout";
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &s->grpc_port_);
+  builder.AddListeningPort(config.listen, credentials, &s->grpc_port_);
   builder.RegisterService(service);
   builder.RegisterService(s->control_.get());
   s->server_ = builder.BuildAndStart();

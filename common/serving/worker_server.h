@@ -40,7 +40,9 @@ class WorkerServer {
   // any free port), sets the worker id on the snapshot, reports SERVING on
   // grpc.health.v1, then serves `registry` (which must outlive the
   // WorkerServer) on config.metrics_host:metrics_port unless metrics_port is
-  // -1. Unavailable when a port cannot be bound.
+  // -1. The gRPC server uses internal mutual TLS when config.tls() is
+  // enabled (an error naming the file when one cannot be loaded). Unavailable
+  // when a port cannot be bound.
   static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(const WorkerConfig& config,
                                                              grpc::Service* service,
                                                              tandem::v1::WorkerSnapshot snapshot,

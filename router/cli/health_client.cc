@@ -9,8 +9,10 @@
 
 namespace tandem::router::cli {
 
-absl::Status CheckHealth(const std::string& address, absl::Duration timeout) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+absl::Status CheckHealth(const std::string& address, absl::Duration timeout,
+                         const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  auto channel = grpc::CreateChannel(
+      address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -142,6 +143,12 @@ absl::Status ClusterSpec::Validate() const {
   if (grpc_port < 0 || grpc_port > 65535 || http_port < 0 || http_port > 65535) {
     return absl::InvalidArgumentError("router.grpc_port / router.http_port out of range");
   }
+  if (internal_tls == InternalTls::kFiles) {
+    RETURN_IF_ERROR(tls_files.Validate("internal_tls.ca", "internal_tls.cert", "internal_tls.key"));
+  }
+  if (internal_tls == InternalTls::kOff) {
+    RETURN_IF_ERROR(proto::CheckInternalAddress("host", absl::StrCat(host, ":0"), false, false));
+  }
   return absl::OkStatus();
 }
 
@@ -149,7 +156,8 @@ absl::StatusOr<ClusterSpec> ParseClusterYaml(absl::string_view yaml, absl::strin
   ASSIGN_OR_RETURN(YAML::Node root, internal::LoadYaml(yaml));
   RETURN_IF_ERROR(CheckKeys(root, "",
                             {"model", "host", "bin_dir", "log_dir", "health_timeout", "grace",
-                             "restart", "router", "prefill", "decode", "colocated"}));
+                             "internal_tls", "restart", "router", "prefill", "decode",
+                             "colocated"}));
   ClusterSpec spec;
   RETURN_IF_ERROR(internal::ReadString(root, "model", "", &spec.model));
   RETURN_IF_ERROR(internal::ReadString(root, "host", "", &spec.host));
@@ -157,6 +165,24 @@ absl::StatusOr<ClusterSpec> ParseClusterYaml(absl::string_view yaml, absl::strin
   RETURN_IF_ERROR(internal::ReadString(root, "log_dir", "", &spec.log_dir));
   RETURN_IF_ERROR(internal::ReadDuration(root, "health_timeout", "", &spec.health_timeout));
   RETURN_IF_ERROR(internal::ReadDuration(root, "grace", "", &spec.grace));
+  if (root && root.IsMap() && root["internal_tls"]) {
+    const YAML::Node t = root["internal_tls"];
+    if (t.IsMap()) {
+      RETURN_IF_ERROR(internal::ReadTlsFiles(t, "internal_tls", base_dir, &spec.tls_files));
+      spec.internal_tls = InternalTls::kFiles;
+    } else {
+      std::string mode;
+      RETURN_IF_ERROR(internal::ReadString(root, "internal_tls", "", &mode));
+      if (mode == "dev") {
+        spec.internal_tls = InternalTls::kDev;
+      } else if (mode == "off") {
+        spec.internal_tls = InternalTls::kOff;
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "internal_tls: '", mode, "' (want dev, off or a map {ca, cert, key})"));
+      }
+    }
+  }
   if (root && root.IsMap() && root["restart"]) {
     const YAML::Node r = root["restart"];
     RETURN_IF_ERROR(
@@ -183,6 +209,10 @@ absl::StatusOr<ClusterSpec> ParseClusterYaml(absl::string_view yaml, absl::strin
         return absl::InvalidArgumentError(absl::StrCat(
             "router.", filled, ": tandem up picks addresses; set router.grpc_port / http_port"));
       }
+    }
+    if (spec.router["internal_tls"]) {
+      return absl::InvalidArgumentError(
+          "router.internal_tls: tandem up sets it; use the top-level internal_tls");
     }
     // The router reads its config from the run directory: a relative key
     // file is relative to this file instead, and made absolute.
@@ -316,6 +346,7 @@ absl::Status Cluster::StartProcesses(std::ostream& log) {
     fs::create_directories(run_dir, ec);
   }
   const std::string model = fs::absolute(spec_.model).lexically_normal().string();
+  RETURN_IF_ERROR(SetUpInternalTls(run_dir, log));
 
   // Every process listens on port 0 (unless the spec fixes the router's) and
   // reports the ports it bound on its READY line: a port picked here and
@@ -334,6 +365,16 @@ absl::Status Cluster::StartProcesses(std::ostream& log) {
       c["metrics_host"] = spec_.host;
       c["metrics_port"] = 0;
       c["worker_id"] = p.name;
+      if (spec_.tls_files.enabled()) {
+        c["tls_ca"] = spec_.tls_files.ca_file;
+        c["tls_cert"] = spec_.tls_files.cert_file;
+        c["tls_key"] = spec_.tls_files.key_file;
+      }
+      // UCX's TCP transport listens on every interface UCX_NET_DEVICES
+      // allows: on a loopback cluster, only on loopback.
+      if (!c["ucx_net_devices"] && proto::IsLoopbackAddress(absl::StrCat(spec_.host, ":0"))) {
+        c["ucx_net_devices"] = "lo";
+      }
       p.config_path = (fs::path(run_dir) / (p.name + ".yaml")).string();
       p.log_path = (fs::path(run_dir) / (p.name + ".log")).string();
       YAML::Emitter e;
@@ -390,6 +431,11 @@ absl::Status Cluster::StartProcesses(std::ostream& log) {
   for (const std::string& a : worker_addresses) {
     rc["workers"]["static"].push_back(a);
   }
+  if (spec_.tls_files.enabled()) {
+    rc["internal_tls"]["ca"] = spec_.tls_files.ca_file;
+    rc["internal_tls"]["cert"] = spec_.tls_files.cert_file;
+    rc["internal_tls"]["key"] = spec_.tls_files.key_file;
+  }
   {
     YAML::Emitter e;
     e << rc;
@@ -405,7 +451,11 @@ absl::Status Cluster::StartProcesses(std::ostream& log) {
       if (!p.running) {
         return ExitedError(p, "before becoming healthy");
       }
-      if (CheckHealth(p.grpc_address, absl::Seconds(1)).ok()) {
+      // The router's gRPC front is public (plaintext); workers speak mTLS.
+      const bool is_router = &p == &r;
+      if (CheckHealth(p.grpc_address, absl::Seconds(1),
+                      is_router ? nullptr : worker_credentials_)
+              .ok()) {
         break;
       }
       if (absl::Now() > give_up) {
@@ -440,6 +490,50 @@ absl::Status Cluster::StartProcesses(std::ostream& log) {
     }
     absl::SleepFor(absl::Milliseconds(100));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::SetUpInternalTls(const std::string& run_dir, std::ostream& log) {
+  if (spec_.internal_tls == InternalTls::kDev) {
+    const char* env = std::getenv("TANDEM_SCRIPTS");
+    const std::string script =
+        env != nullptr && env[0] != 0
+            ? (fs::path(env) / "make_dev_ca.sh").string()
+            : (fs::path(ExeDir()) / ".." / ".." / "scripts" / "make_dev_ca.sh")
+                  .lexically_normal()
+                  .string();
+    if (!fs::exists(script)) {
+      return absl::NotFoundError(absl::StrCat(
+          "internal_tls: dev needs ", script,
+          " (set TANDEM_SCRIPTS to the folder holding make_dev_ca.sh, or give internal_tls "
+          "{ca, cert, key})"));
+    }
+    const std::string certs = (fs::path(run_dir) / "certs").string();
+    const std::string script_log = (fs::path(run_dir) / "make_dev_ca.log").string();
+    // SANs: the addresses the router and the prefill workers dial.
+    Process p;
+    p.name = "make_dev_ca.sh";
+    p.binary = "/bin/bash";
+    p.args = {script, certs, "127.0.0.1", "::1", "localhost"};
+    if (spec_.host != "127.0.0.1" && spec_.host != "::1" && spec_.host != "localhost") {
+      p.args.push_back(spec_.host);
+    }
+    p.log_path = script_log;
+    RETURN_IF_ERROR(Launch(p));
+    int status = 0;
+    waitpid(p.pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      return absl::InternalError(absl::StrCat(script, " ", Describe(status), "; its output:\n",
+                                              Tail(script_log)));
+    }
+    spec_.tls_files = {(fs::path(certs) / "ca.pem").string(),
+                       (fs::path(certs) / "cluster.pem").string(),
+                       (fs::path(certs) / "cluster.key").string()};
+    log << "tandem up: internal mTLS with a development CA in " << certs << "\n";
+  } else if (spec_.internal_tls == InternalTls::kOff) {
+    log << "tandem up: internal TLS off (internal_tls: off): workers accept any local caller\n";
+  }
+  ASSIGN_OR_RETURN(worker_credentials_, proto::MakeChannelCredentials(spec_.tls_files));
   return absl::OkStatus();
 }
 

@@ -18,6 +18,13 @@
 //   log_dir: ""                     # per-process logs; "" = a fresh temp dir
 //   health_timeout: 120s            # for the whole cluster to come up
 //   grace: 15s                      # shutdown: SIGTERM -> SIGKILL
+//   internal_tls: dev               # mutual TLS between router and workers (docs/security.md):
+//                                   #   dev: a development CA and cluster certificate made
+//                                   #   in <log dir>/certs by scripts/make_dev_ca.sh (found
+//                                   #   as $TANDEM_SCRIPTS/make_dev_ca.sh, else
+//                                   #   <tandem binary>/../../scripts/make_dev_ca.sh);
+//                                   #   {ca: , cert: , key: }: these PEM files;
+//                                   #   off: plaintext (allowed on a loopback host only)
 //   restart:                        # a process that dies is started again
 //     max_failures: 5               #   rapid failures in a row, then give up (0 = never restart)
 //     backoff: 500ms                #   before the first restart, doubling each time ...
@@ -31,7 +38,10 @@
 //     auth: {keys_file: keys.yaml}  #   relative to this file (router/auth.h)
 //   prefill:   {replicas: 1, config: {...}}   # config: worker keys (common/serving/worker_config.h)
 //   decode:    {replicas: 1, config: {...}}   #   passed through; tandem up sets model, role,
-//   colocated: {replicas: 0, config: {...}}   #   listen, metrics_port and worker_id
+//   colocated: {replicas: 0, config: {...}}   #   listen, metrics_port, worker_id and
+//                                             #   tls_*; ucx_net_devices defaults to "lo"
+//                                             #   on a loopback host (UCX's TCP listens
+//                                             #   on loopback only)
 //
 // Library code for the `tandem` binary (tests drive it as a subprocess).
 // Not thread-safe: one thread runs Start / Supervise / Stop.
@@ -40,6 +50,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -48,6 +59,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "proto/tls_credentials.h"
 #include "yaml-cpp/yaml.h"
 
 namespace tandem::router::cli {
@@ -64,9 +76,13 @@ struct RestartPolicy {
   absl::Duration reset_after = absl::Seconds(60);
 };
 
+enum class InternalTls { kDev, kFiles, kOff };
+
 struct ClusterSpec {
   std::string model;            // absolute or relative to the working directory
   std::string host = "127.0.0.1";
+  InternalTls internal_tls = InternalTls::kDev;
+  proto::TlsFiles tls_files;    // kFiles: as given; kDev: filled in by Start()
   std::string bin_dir;
   std::string log_dir;
   absl::Duration health_timeout = absl::Seconds(120);
@@ -80,7 +96,8 @@ struct ClusterSpec {
   RoleSpec colocated;
 
   // InvalidArgument naming the field: no model, no workers, prefill without
-  // decode (or the reverse), negative replicas, a bad restart policy.
+  // decode (or the reverse), negative replicas, a bad restart policy;
+  // FailedPrecondition for internal_tls off on a non-loopback host.
   absl::Status Validate() const;
 };
 
@@ -155,8 +172,13 @@ class Cluster {
   void Restart(std::ostream& log);
   // Rewrites `p`'s config to listen on the ports it had bound.
   absl::Status PinPorts(const Process& p) const;
+  // Sets spec_.tls_files (kDev: runs scripts/make_dev_ca.sh into
+  // `run_dir`/certs) and worker_credentials_.
+  absl::Status SetUpInternalTls(const std::string& run_dir, std::ostream& log);
 
   ClusterSpec spec_;
+  // Health checks of the workers (mutual TLS unless internal_tls is off).
+  std::shared_ptr<grpc::ChannelCredentials> worker_credentials_;
   std::vector<Process> procs_;   // workers first, the router last
   bool stopped_ = false;
   bool supervising_ = false;

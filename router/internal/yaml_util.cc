@@ -1,6 +1,7 @@
 #include "router/internal/yaml_util.h"
 
 #include <exception>
+#include <filesystem>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -178,6 +179,24 @@ absl::Status ReadStringList(const YAML::Node& map, const std::string& key,
       return TypeError(absl::StrCat(JoinPath(path, key), "[", i, "]"), "a string", e);
     }
     out->push_back(e.Scalar());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadTlsFiles(const YAML::Node& node, const std::string& path,
+                          absl::string_view base_dir, proto::TlsFiles* out) {
+  if (absl::Status s = CheckKeys(node, path, {"ca", "cert", "key"}); !s.ok()) {
+    return s;
+  }
+  for (const auto& [key, field] : {std::pair<const char*, std::string*>{"ca", &out->ca_file},
+                                   {"cert", &out->cert_file},
+                                   {"key", &out->key_file}}) {
+    if (absl::Status s = ReadString(node, key, path, field); !s.ok()) {
+      return s;
+    }
+    if (!field->empty() && !base_dir.empty() && std::filesystem::path(*field).is_relative()) {
+      *field = (std::filesystem::path(std::string(base_dir)) / *field).lexically_normal();
+    }
   }
   return absl::OkStatus();
 }

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "proto/tls_credentials.h"
 #include "yaml-cpp/yaml.h"
 
 namespace tandem::router::internal {
@@ -38,5 +39,11 @@ absl::Status ReadStringList(const YAML::Node& map, const std::string& key,
                             const std::string& path, std::vector<std::string>* out);
 
 std::string JoinPath(const std::string& path, const std::string& key);
+
+// `node`, a map {ca, cert, key} of PEM paths (the router's and tandem up's
+// internal_tls), into *out; relative paths are resolved against `base_dir`
+// when it is not empty. InvalidArgument naming `path` for another key.
+absl::Status ReadTlsFiles(const YAML::Node& node, const std::string& path,
+                          absl::string_view base_dir, proto::TlsFiles* out);
 
 }  // namespace tandem::router::internal

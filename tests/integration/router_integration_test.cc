@@ -55,6 +55,7 @@
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/testing/child_process.h"
 #include "tests/testing/sse.h"
+#include "tests/testing/tls_test_util.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/test_paths.h"
 #include "tests/testing/watch_load.h"
@@ -220,9 +221,12 @@ std::string FindOnPath(const std::string& name) {
 // The role a worker reports in the first event of Control.Watch (its
 // snapshot); a failed RPC or a first event of another kind comes back as
 // that status.
-absl::StatusOr<v1::WorkerRole> WatchedRole(const std::string& address) {
-  auto stub =
-      v1::Control::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+// `credentials`: a worker's internal mTLS (tandem up's); null: plaintext.
+absl::StatusOr<v1::WorkerRole> WatchedRole(
+    const std::string& address,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials = nullptr) {
+  auto stub = v1::Control::NewStub(grpc::CreateChannel(
+      address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
   auto reader = stub->Watch(&ctx, v1::WatchRequest());
@@ -786,15 +790,27 @@ void TandemUp(const std::string& deploy_config, int workers,
   };
   EXPECT_THAT(config_of("router"), ::testing::AllOf(HasSubstr("grpc_address: 127.0.0.1:0\n"),
                                                     HasSubstr("http_address: 127.0.0.1:0\n")));
+  // Internal mutual TLS (internal_tls: dev): tandem up made a CA in the run
+  // dir and gave every worker and the router its files; UCX on loopback.
+  const proto::TlsFiles tls{run_dir + "/certs/ca.pem", run_dir + "/certs/cluster.pem",
+                            run_dir + "/certs/cluster.key"};
+  const std::shared_ptr<grpc::ChannelCredentials> creds = testing::ClientCredentials(tls);
+  EXPECT_THAT(config_of("router"), HasSubstr(tls.cert_file));
   for (size_t i = 1; i < procs.size(); ++i) {
-    EXPECT_THAT(config_of(procs[i].name), ::testing::AllOf(HasSubstr("listen: 127.0.0.1:0\n"),
-                                                           HasSubstr("metrics_port: 0\n")))
+    EXPECT_THAT(config_of(procs[i].name),
+                ::testing::AllOf(HasSubstr("listen: 127.0.0.1:0\n"), HasSubstr("metrics_port: 0\n"),
+                                 HasSubstr("tls_cert: " + tls.cert_file),
+                                 HasSubstr("ucx_net_devices: lo\n")))
         << procs[i].name;
+    // A caller without the cluster's certificate is refused.
+    EXPECT_THAT(WatchedRole(procs[i].grpc_address),
+                StatusIs(absl::StatusCode::kUnavailable, ::testing::_))
+        << procs[i].name << " answered a plaintext Control.Watch";
   }
   // Every worker printed answers Control.Watch with its snapshot.
   std::multiset<v1::WorkerRole> watched;
   for (size_t i = 1; i < procs.size(); ++i) {
-    absl::StatusOr<v1::WorkerRole> role = WatchedRole(procs[i].grpc_address);
+    absl::StatusOr<v1::WorkerRole> role = WatchedRole(procs[i].grpc_address, creds);
     ASSERT_TRUE(role.ok()) << procs[i].name << " at " << procs[i].grpc_address << ": "
                            << role.status();
     watched.insert(*role);
@@ -809,9 +825,9 @@ void TandemUp(const std::string& deploy_config, int workers,
   const UpProcess& victim = procs.back();
   ASSERT_GT(victim.pid, 0) << p.output();
   kill(victim.pid, SIGKILL);
-  absl::StatusOr<v1::WorkerRole> gone = WatchedRole(victim.grpc_address);
+  absl::StatusOr<v1::WorkerRole> gone = WatchedRole(victim.grpc_address, creds);
   for (const absl::Time give_up = absl::Now() + absl::Seconds(10);
-       gone.ok() && absl::Now() < give_up; gone = WatchedRole(victim.grpc_address)) {
+       gone.ok() && absl::Now() < give_up; gone = WatchedRole(victim.grpc_address, creds)) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   EXPECT_EQ(gone.status().code(), absl::StatusCode::kUnavailable) << gone.status();
@@ -836,7 +852,7 @@ void TandemUp(const std::string& deploy_config, int workers,
   ASSERT_GT(restarted, 0) << victim.name << " was not restarted\n" << p.Tail();
   EXPECT_NE(restarted, victim.pid);
   EXPECT_EQ(kill(restarted, 0), 0) << victim.name << " (pid " << restarted << ") is not running";
-  absl::StatusOr<v1::WorkerRole> back = WatchedRole(victim.grpc_address);
+  absl::StatusOr<v1::WorkerRole> back = WatchedRole(victim.grpc_address, creds);
   EXPECT_TRUE(back.ok()) << victim.name << " at " << victim.grpc_address << ": " << back.status();
   live = RouterLiveWorkers(procs[0].http_address);
   for (const absl::Time give_up = absl::Now() + absl::Seconds(30);

@@ -276,17 +276,18 @@ std::map<std::string, double> Metrics(const WorkerProcess& w) {
   return out;
 }
 
-int HealthStatus(const WorkerProcess& w) {
-  grpc::GenericStub generic(Dial(w));
+grpc::Status CallRaw(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                     std::string* response_bytes) {
+  grpc::GenericStub generic(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(In(absl::Seconds(5)));
-  grpc::Slice empty("", 0);  // an empty HealthCheckRequest: service ""
+  grpc::Slice empty("", 0);  // an empty message: every field at its default
   grpc::ByteBuffer request(&empty, 1);
   grpc::ByteBuffer response;
   absl::Mutex mu;
   bool done = false;
   grpc::Status status;
-  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+  generic.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
                     [&](grpc::Status s) {
                       absl::MutexLock lock(&mu);
                       status = s;
@@ -296,16 +297,24 @@ int HealthStatus(const WorkerProcess& w) {
     absl::MutexLock lock(&mu);
     mu.Await(absl::Condition(&done));
   }
-  if (!status.ok()) return -1;
-  std::vector<grpc::Slice> slices;
-  if (!response.Dump(&slices).ok()) return -1;
-  std::string bytes;
-  for (const grpc::Slice& sl : slices) {
-    bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  if (status.ok() && response_bytes != nullptr) {
+    std::vector<grpc::Slice> slices;
+    if (!response.Dump(&slices).ok()) return grpc::Status(grpc::StatusCode::INTERNAL, "dump");
+    for (const grpc::Slice& sl : slices) {
+      response_bytes->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    }
   }
+  return status;
+}
+
+int HealthStatus(const std::shared_ptr<grpc::Channel>& channel) {
+  std::string bytes;
+  if (!CallRaw(channel, "/grpc.health.v1.Health/Check", &bytes).ok()) return -1;
   if (bytes.size() == 2 && bytes[0] == 0x08) return bytes[1];
   return bytes.empty() ? 0 : -1;
 }
+
+int HealthStatus(const WorkerProcess& w) { return HealthStatus(Dial(w)); }
 
 uint64_t KvBytes(int prompt_tokens) {
   const engine::ModelConfig& mc = Reference::Get().model().config();

@@ -138,8 +138,15 @@ std::map<std::string, double> Metrics(const WorkerProcess& w);
 
 // grpc.health.v1.Health/Check for the server as a whole, through the generic
 // stub (the health protos are not installed): the response's field 1 is the
-// status enum (1 SERVING, 2 NOT_SERVING); -1 on a failed call.
+// status enum (1 SERVING, 2 NOT_SERVING); -1 on a failed call. The
+// channel form for a worker that speaks mutual TLS.
 int HealthStatus(const WorkerProcess& w);
+int HealthStatus(const std::shared_ptr<grpc::Channel>& channel);
+
+// `method` ("/pkg.Service/Method") called as unary with an empty request
+// message, deadline 5 s; the reply's bytes in `response_bytes` when OK.
+grpc::Status CallRaw(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                     std::string* response_bytes = nullptr);
 
 // KV bytes of a prompt by the KvLayout formula.
 uint64_t KvBytes(int prompt_tokens);

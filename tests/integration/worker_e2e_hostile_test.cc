@@ -10,9 +10,11 @@
 // request's blocks, before the decode worker's Commit refuses it NOT_FOUND.
 //
 // Known gap: a structurally valid rkey that names other memory (another
-// process's registration) cannot be told from a genuine one here; only an
-// authenticated channel between the workers closes that (a later part of the
-// issue).
+// process's registration) cannot be told from a genuine one here. Internal
+// mutual TLS (worker_e2e_mtls_test) keeps callers without a cluster
+// certificate from sending a Prefill at all; these workers run without it to
+// reach the validation behind it. A cluster member holding a valid
+// certificate remains trusted (docs/security.md).
 
 #include <grpcpp/grpcpp.h>
 
@@ -112,6 +114,15 @@ std::vector<Forgery> Forgeries() {
                  r.set_expected_bytes(r.expected_bytes() * 2);
                }),
                grpc::StatusCode::INVALID_ARGUMENT, "expected_bytes"});
+  // Issue 8: the Commit channel dials plain host:port only (no unix: or
+  // dns:/// URI a forger could point it at), refused before any KV moves.
+  f.push_back({"DecodeWorkerIsAUri", Reservation([](v1::KvReservation& r) {
+                 r.set_decode_worker("unix:/tmp/tandem-not-a-decode-worker.sock");
+               }),
+               grpc::StatusCode::INVALID_ARGUMENT, "decode_worker"});
+  f.push_back({"DecodeWorkerWithoutPort",
+               Reservation([](v1::KvReservation& r) { r.set_decode_worker("127.0.0.1"); }),
+               grpc::StatusCode::INVALID_ARGUMENT, "decode_worker"});
   f.push_back({"GarbageWorkerAddress",
                Reservation([](v1::KvReservation& r) { r.set_worker_address(RandomBytes(40, 9)); }),
                grpc::StatusCode::INVALID_ARGUMENT, "worker_address"});

@@ -30,6 +30,10 @@ workers:
   dns: decode.default.svc.cluster.local:7001
   dns_refresh: 2s
   heartbeat_timeout: 1500ms
+internal_tls:
+  ca: certs/ca.pem
+  cert: /abs/cluster.pem
+  key: certs/cluster.key
 limits:
   max_inflight: 4
   retry_after: 2s
@@ -52,7 +56,48 @@ limits:
   EXPECT_EQ(c->discovery.heartbeat_timeout, absl::Milliseconds(1500));
   EXPECT_EQ(c->limits.max_inflight, 4);
   EXPECT_EQ(c->limits.default_timeout, absl::Minutes(1));
+  EXPECT_EQ(c->internal_tls.ca_file, "/etc/tandem/certs/ca.pem");
+  EXPECT_EQ(c->internal_tls.cert_file, "/abs/cluster.pem");
+  EXPECT_EQ(c->internal_tls.key_file, "/etc/tandem/certs/cluster.key");
   EXPECT_TRUE(c->Validate().ok()) << c->Validate();
+}
+
+// Issue 8: the router talks to workers beyond loopback only over mutual TLS,
+// unless told otherwise.
+TEST(RouterConfigTest, NonLoopbackWorkersNeedInternalTls) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfigYaml(R"(
+models: [{path: m.gguf}]
+workers:
+  static: [127.0.0.1:7001, 10.0.0.1:7001]
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->Validate(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                      ::testing::AllOf(HasSubstr("workers.static"),
+                                                       HasSubstr("10.0.0.1:7001"))));
+  c->discovery.static_workers = {"127.0.0.1:7001", "[::1]:7002", "localhost:7003"};
+  EXPECT_OK(c->Validate());
+  c->discovery.dns_workers = {"decode.svc:7001"};
+  EXPECT_THAT(c->Validate(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("workers.dns")));
+  absl::StatusOr<RouterConfig> allowed = ParseRouterConfigYaml(R"(
+models: [{path: m.gguf}]
+allow_insecure_internal: true
+workers: {dns: [decode.svc:7001]}
+)");
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  EXPECT_OK(allowed->Validate());
+}
+
+TEST(RouterConfigTest, InternalTlsNeedsAllThreeFiles) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfigYaml(R"(
+models: [{path: m.gguf}]
+internal_tls: {ca: ca.pem, key: k.pem}
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("internal_tls.cert")));
+  EXPECT_THAT(ParseRouterConfigYaml("internal_tls: {ca: a, crt: b}\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("crt")));
 }
 
 TEST(RouterConfigTest, Defaults) {

@@ -24,6 +24,7 @@ std::string Require(const std::string& dir, const std::string& relative, const c
 std::string SharedDir() { return TANDEM_SHARED_DIR; }
 std::string TestDataDir() { return TANDEM_TEST_DATA_DIR; }
 std::string BinaryDir() { return TANDEM_BINARY_DIR; }
+std::string SourceDir() { return TANDEM_SOURCE_DIR; }
 
 std::string RequireSharedFile(const std::string& relative) {
   return Require(SharedDir(), relative,

@@ -11,6 +11,7 @@ namespace tandem::testing {
 std::string SharedDir();
 std::string TestDataDir();   // tests/data (generated golden models and logits)
 std::string BinaryDir();     // the CMake build directory (tools live in common/)
+std::string SourceDir();     // the repository (scripts/)
 // Full path of `relative` under SharedDir(); ADD_FAILURE with a clear message if absent.
 std::string RequireSharedFile(const std::string& relative);
 std::string RequireTestDataFile(const std::string& relative);

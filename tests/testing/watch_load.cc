@@ -10,9 +10,9 @@ namespace tandem::testing {
 ::testing::AssertionResult WatchLoadUntil(
     const std::string& address, const std::string& label,
     const std::function<bool(int, const tandem::v1::WorkerLoad&)>& done, const std::string& what,
-    absl::Duration timeout) {
-  auto stub = tandem::v1::Control::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    absl::Duration timeout, const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  auto stub = tandem::v1::Control::NewStub(grpc::CreateChannel(
+      address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   auto reader = stub->Watch(&ctx, tandem::v1::WatchRequest());
@@ -27,9 +27,10 @@ namespace tandem::testing {
       return ::testing::AssertionSuccess();
     }
   }
-  reader->Finish().ok();
+  const grpc::Status finished = reader->Finish();
   return ::testing::AssertionFailure()
-         << label << ": not " << what << " after " << absl::FormatDuration(timeout) << ": "
+         << label << ": not " << what << " after " << absl::FormatDuration(timeout) << " (Watch: "
+         << finished.error_code() << " " << finished.error_message() << "): "
          << (load.total_kv_blocks() - load.free_kv_blocks()) << " KV blocks used ("
          << load.running_requests() << " running, " << load.waiting_requests() << " waiting, "
          << load.cached_kv_blocks() << " cached)";

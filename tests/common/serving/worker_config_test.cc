@@ -34,6 +34,10 @@ listen: 127.0.0.1:0
 advertise: d1.local:7000
 metrics_port: 0
 metrics_host: 127.0.0.1
+tls_ca: /certs/ca.pem
+tls_cert: /certs/cluster.pem
+tls_key: /certs/cluster.key
+allow_insecure_internal: true
 threads: 2
 kv_cache_bytes: 1048576
 kv_blocks: 64
@@ -58,6 +62,10 @@ heartbeat_interval: 250ms
   EXPECT_EQ(c.listen, "127.0.0.1:0");
   EXPECT_EQ(c.AdvertiseAddress(1234), "d1.local:7000");
   EXPECT_EQ(c.metrics_port, 0);
+  EXPECT_EQ(c.tls().ca_file, "/certs/ca.pem");
+  EXPECT_EQ(c.tls().cert_file, "/certs/cluster.pem");
+  EXPECT_EQ(c.tls().key_file, "/certs/cluster.key");
+  EXPECT_TRUE(c.allow_insecure_internal);
   EXPECT_EQ(c.threads, 2);
   EXPECT_EQ(c.kv_cache_bytes, 1048576);
   EXPECT_EQ(c.kv_blocks, 64);
@@ -80,6 +88,41 @@ heartbeat_interval: 250ms
   ASSERT_OK(c.Set("threads", "1"));
   EXPECT_EQ(c.threads, 1);
   EXPECT_EQ(c.ToEngineConfig().num_threads, 1);
+}
+
+// Issue 8: nothing listens beyond loopback by default, and an internal
+// listener reachable from elsewhere needs mutual TLS or an explicit opt-out.
+TEST(WorkerConfigTest, ListensOnLoopbackByDefault) {
+  WorkerConfig c;
+  EXPECT_EQ(c.listen, "127.0.0.1:50051");
+  EXPECT_EQ(c.metrics_host, "127.0.0.1");
+  EXPECT_FALSE(c.tls().enabled());
+  EXPECT_FALSE(c.allow_insecure_internal);
+}
+
+TEST(WorkerConfigTest, NonLoopbackListenNeedsTlsOrAllowInsecure) {
+  WorkerConfig c;
+  c.model = "m.gguf";
+  for (const char* listen : {"0.0.0.0:50051", "[::]:50051", "10.1.2.3:7001", ":7001"}) {
+    c.listen = listen;
+    EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                       ::testing::AllOf(HasSubstr(listen),
+                                                        HasSubstr("allow_insecure_internal"))))
+        << listen;
+  }
+  c.listen = "0.0.0.0:50051";
+  ASSERT_OK(c.Set("allow_insecure_internal", "true"));
+  EXPECT_OK(c.Validate());
+  ASSERT_OK(c.Set("allow_insecure_internal", "false"));
+  ASSERT_OK(c.ApplyYaml("tls_ca: ca.pem\ntls_cert: c.pem\ntls_key: c.key\n"));
+  EXPECT_OK(c.Validate());  // the files are loaded (and checked) when the server starts
+}
+
+TEST(WorkerConfigTest, TlsNeedsAllThreeFiles) {
+  WorkerConfig c;
+  c.model = "m.gguf";
+  ASSERT_OK(c.ApplyYaml("tls_ca: ca.pem\ntls_cert: c.pem\n"));
+  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tls_key")));
 }
 
 TEST(WorkerConfigTest, EveryKeyIsSettable) {

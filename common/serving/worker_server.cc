@@ -64,9 +64,11 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
       std::clamp(config.liveness_timeout / 10, absl::Milliseconds(10), absl::Seconds(1)),
       [control = s->control_.get(), server = s->server_.get()](const absl::Status& live,
                                                                const absl::Status& ready) {
-        LOG_IF(WARNING, !live.ok()) << "worker not live: " << live.message();
-        LOG_IF(INFO, live.ok()) << "worker live again" << (ready.ok() ? "" : "; not ready: ")
-                                << ready.message();
+        if (!live.ok()) {
+          LOG(WARNING) << "worker not live: " << live.message();
+        } else {
+          LOG(INFO) << "worker live, " << (ready.ok() ? "ready" : "not ready: ") << ready.message();
+        }
         control->SetLiveness(live);
         server->GetHealthCheckService()->SetServingStatus(ready.ok());
       });

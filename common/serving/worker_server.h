@@ -86,8 +86,8 @@ class WorkerServer {
   std::string address_;
   std::string worker_id_;
   int grpc_port_ = 0;
-  // Declared before control_ and server_, which its watchdog touches
-  // (Shutdown() stops it first).
+  // Declared before metrics_, whose probes read it. Its watchdog touches
+  // control_ and server_: Shutdown() stops it before anything else.
   std::unique_ptr<WorkerHealth> health_;
   // Declared before server_: the service must outlive the server.
   std::unique_ptr<WorkerControlService> control_;

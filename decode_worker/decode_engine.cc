@@ -79,6 +79,7 @@ DecodeEngine::DecodeEngine(std::unique_ptr<engine::Engine> engine, kvtransfer::K
       options_(std::move(options)),
       metrics_(metrics),
       clock_(clock),
+      heartbeat_("decode engine loop", clock),
       worker_id_(options_.worker_id) {
   const engine::ModelConfig& mc = engine_->model().config();
   layout_.num_layers = mc.num_layers;
@@ -168,6 +169,7 @@ void DecodeEngine::CancelKey(engine::SequenceId key) {
 
 void DecodeEngine::Loop() {
   while (true) {
+    heartbeat_.Beat();
     queue_.RunPending();
     if (stopping_) {
       break;
@@ -179,9 +181,11 @@ void DecodeEngine::Loop() {
     const bool progressed = RunStep();
     UpdateLoad();
     if (!progressed) {
+      heartbeat_.Idle();
       Idle();
     }
   }
+  heartbeat_.Idle();  // stopping is not wedged
   queue_.Close();
   queue_.RunPending();  // posts that raced with Close: they see stopping_
   std::vector<engine::SequenceId> keys;

@@ -35,6 +35,10 @@
 //
 // Threads: public methods are thread-safe and post to the engine thread;
 // sinks and completion callbacks run on the engine thread.
+//
+// Liveness: the engine thread beats heartbeat() at the top of every
+// iteration and marks it idle before it waits for work, so a watchdog
+// (serving::WorkerHealth) can tell a wedged loop from an idle one.
 
 #include <atomic>
 #include <cstdint>
@@ -53,6 +57,7 @@
 #include "common/engine/engine.h"
 #include "common/engine/generation.h"
 #include "common/engine/sampling.h"
+#include "common/serving/worker_health.h"
 #include "decode_worker/metrics.h"
 #include "decode_worker/scheduler.h"
 #include "kvtransfer/kv_layout.h"
@@ -219,6 +224,12 @@ class DecodeEngine {
   const engine::Engine& engine() const { return *engine_; }
   kvtransfer::KvLayout layout() const { return layout_; }
   const engine::ModelConfig& model_config() const { return engine_->model().config(); }
+  // Any thread. The engine loop's progress (see the file comment).
+  const serving::LoopHeartbeat& heartbeat() const { return heartbeat_; }
+
+  // Any thread. Runs `task` on the engine thread between iterations (a test
+  // wedges the loop with a task that blocks). False once stopped.
+  bool PostForTest(absl::AnyInvocable<void() &&> task) { return queue_.Post(std::move(task)); }
 
  private:
   struct Seq;
@@ -268,6 +279,7 @@ class DecodeEngine {
   uint64_t tag_salt_ = 0;
 
   base::WorkQueue queue_;
+  serving::LoopHeartbeat heartbeat_;
   std::thread thread_;
   std::atomic<bool> stopped_{false};
   std::atomic<engine::SequenceId> next_key_{1};

@@ -75,6 +75,7 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(const serving
   w->engine_->set_worker_id(server.worker_id());
 
   serving::WorkerControlService* control = &w->server_->control();
+  w->server_->health().AddLoop(&w->engine_->heartbeat());
   w->engine_->Start([control](const LoadInfo& l) { control->PublishLoad(LoadToProto(l)); });
   LOG(INFO) << "tandem-decode " << server.worker_id() << " role=" << serving::WorkerRoleName(config.role)
             << " serving on " << server.address() << " (port " << server.grpc_port()

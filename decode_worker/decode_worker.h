@@ -36,6 +36,8 @@ class DecodeWorker {
   const serving::WorkerServer& server() const { return *server_; }
   LoadInfo load() const { return engine_->load(); }
   base::MetricsRegistry& registry() { return registry_; }
+  // The engine, for tests that wedge its loop (PostForTest).
+  DecodeEngine& EngineForTest() { return *engine_; }
 
   // SIGTERM: stops accepting new requests (UNAVAILABLE, health NOT_SERVING),
   // lets in-flight ones finish for up to `grace`, then shuts down. Returns

@@ -57,6 +57,7 @@ PrefillEngine::PrefillEngine(std::unique_ptr<engine::Engine> engine, kvtransfer:
       options_(std::move(options)),
       metrics_(metrics),
       clock_(clock),
+      heartbeat_("prefill engine loop", clock),
       worker_id_(options_.worker_id) {
   const engine::ModelConfig& mc = engine_->model().config();
   layout_.num_layers = mc.num_layers;
@@ -114,6 +115,7 @@ void PrefillEngine::CancelKey(engine::SequenceId key) {
 
 void PrefillEngine::Loop() {
   while (!stopping_) {
+    heartbeat_.Beat();
     queue_.RunPending();
     if (stopping_) {
       break;
@@ -122,9 +124,11 @@ void PrefillEngine::Loop() {
     const bool progressed = RunStep();
     UpdateLoad();
     if (!progressed) {
+      heartbeat_.Idle();
       queue_.WaitUntil(clock_, NextDeadline());
     }
   }
+  heartbeat_.Idle();  // stopping is not wedged
   // Abort everything; writes in flight must finish (their sources are our
   // KV pool) before the jobs complete, bounded so a stuck transport cannot
   // hold the shutdown (options_.shutdown_bound on the clock).

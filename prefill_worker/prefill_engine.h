@@ -28,6 +28,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
+#include "common/serving/worker_health.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -155,6 +156,13 @@ class PrefillEngine {
   const engine::Engine& engine() const { return *engine_; }
   const kvtransfer::KvLayout& layout() const { return layout_; }
   const engine::ModelConfig& model_config() const { return engine_->model().config(); }
+  // Any thread. The engine loop's progress: beaten at the top of every
+  // iteration, idle while it waits for work (serving::WorkerHealth watches it).
+  const serving::LoopHeartbeat& heartbeat() const { return heartbeat_; }
+
+  // Any thread. Runs `task` on the engine thread between iterations (a test
+  // wedges the loop with a task that blocks). False once stopped.
+  bool PostForTest(absl::AnyInvocable<void() &&> task) { return queue_.Post(std::move(task)); }
 
  private:
   struct Seq;
@@ -187,6 +195,7 @@ class PrefillEngine {
   kvtransfer::PoolGeometry local_geometry_;
 
   base::WorkQueue queue_;
+  serving::LoopHeartbeat heartbeat_;
   std::thread thread_;
   std::atomic<bool> stopped_{false};
   std::atomic<engine::SequenceId> next_key_{1};

@@ -77,6 +77,7 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(const servi
   w->engine_->set_worker_id(server.worker_id());
 
   serving::WorkerControlService* control = &w->server_->control();
+  w->server_->health().AddLoop(&w->engine_->heartbeat());
   w->engine_->Start([control](const PrefillLoad& l) { control->PublishLoad(LoadToProto(l)); });
   LOG(INFO) << "tandem-prefill " << server.worker_id() << " serving on " << server.address()
             << " (port " << server.grpc_port() << "), metrics port " << server.metrics_port()

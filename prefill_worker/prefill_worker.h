@@ -35,6 +35,8 @@ class PrefillWorker {
   const serving::WorkerServer& server() const { return *server_; }
   PrefillLoad load() const { return engine_->load(); }
   base::MetricsRegistry& registry() { return registry_; }
+  // The engine, for tests that wedge its loop (PostForTest).
+  PrefillEngine& EngineForTest() { return *engine_; }
 
   // SIGTERM: stops accepting (UNAVAILABLE, health NOT_SERVING), lets
   // in-flight requests finish for up to `grace`, then shuts down. True when

@@ -222,7 +222,16 @@ void WorkerWatcher::Loop() {
             "sent no heartbeat for ", absl::FormatDuration(options_.discovery.heartbeat_timeout)));
         it->second.stream->Cancel();
       }
-      LOG(WARNING) << "router: worker " << address << " " << why.message();
+      // The log (operators only) also says why the stream ended: a killed
+      // worker's connection error, a wedged one's "worker not live: ...".
+      std::string detail;
+      if (it != targets_.end() && it->second.stream == nullptr) {
+        std::shared_ptr<const RegistrySnapshot> snap = registry_.Snapshot();
+        if (const WorkerInfo* w = snap->Find(address); w != nullptr && !w->last_error.ok()) {
+          detail = absl::StrCat(" (its Watch stream ended: ", w->last_error.ToString(), ")");
+        }
+      }
+      LOG(WARNING) << "router: worker " << address << " " << why.message() << detail;
       if (options_.on_departed) {
         options_.on_departed(address, why);
       }

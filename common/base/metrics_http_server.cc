@@ -8,9 +8,25 @@
 #include "common/base/logging.h"
 
 namespace tandem::base {
+namespace {
+
+// 200 "ok", or 503 with the probe's reason.
+httplib::Server::Handler ProbeHandler(std::function<absl::Status()> probe) {
+  return [probe = std::move(probe)](const httplib::Request&, httplib::Response& res) {
+    const absl::Status s = probe ? probe() : absl::OkStatus();
+    if (s.ok()) {
+      res.set_content("ok\n", "text/plain");
+      return;
+    }
+    res.status = 503;
+    res.set_content(absl::StrCat(s.message(), "\n"), "text/plain");
+  };
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const MetricsRegistry& registry, const std::string& host, int port) {
+    const MetricsRegistry& registry, const std::string& host, int port, HealthProbes probes) {
   std::unique_ptr<MetricsHttpServer> s(new MetricsHttpServer());
   s->server_ = std::make_unique<httplib::Server>();
   // Scrapes are rare and cheap: two threads, not httplib's default of one per core.
@@ -18,9 +34,9 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   s->server_->Get("/metrics", [&registry](const httplib::Request&, httplib::Response& res) {
     res.set_content(registry.RenderText(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  s->server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain");
-  });
+  s->server_->Get("/health/live", ProbeHandler(probes.live));
+  s->server_->Get("/healthz", ProbeHandler(probes.live));
+  s->server_->Get("/health/ready", ProbeHandler(std::move(probes.ready)));
   int bound = -1;
   if (port == 0) {
     bound = s->server_->bind_to_any_port(host);

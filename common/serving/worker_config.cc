@@ -73,7 +73,8 @@ const std::vector<std::string>& WorkerConfig::Keys() {
       "kv_cache_bytes",  "kv_blocks",      "block_size",     "kv_dtype",
       "prefix_cache",    "chunk_size",     "token_budget",   "max_running",
       "max_queued",      "transport",      "transport_mode", "ucx_tls",
-      "ucx_net_devices", "reservation_deadline", "drain_grace", "heartbeat_interval"};
+      "ucx_net_devices", "reservation_deadline", "drain_grace", "heartbeat_interval",
+      "liveness_timeout"};
   return *keys;
 }
 
@@ -150,6 +151,8 @@ absl::Status WorkerConfig::Set(absl::string_view key, absl::string_view value) {
     return ParseDurationValue(key, value, &drain_grace);
   } else if (key == "heartbeat_interval") {
     return ParseDurationValue(key, value, &heartbeat_interval);
+  } else if (key == "liveness_timeout") {
+    return ParseDurationValue(key, value, &liveness_timeout);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unknown config key '", key, "' (known: ",
                                                    absl::StrJoin(Keys(), ", "), ")"));
@@ -243,6 +246,9 @@ absl::Status WorkerConfig::Validate() const {
   }
   if (heartbeat_interval <= absl::ZeroDuration()) {
     return bad("heartbeat_interval", absl::FormatDuration(heartbeat_interval), "> 0");
+  }
+  if (liveness_timeout <= absl::ZeroDuration()) {
+    return bad("liveness_timeout", absl::FormatDuration(liveness_timeout), "> 0");
   }
   return ToEngineConfig().Validate();
 }

@@ -38,6 +38,12 @@
 //   reservation_deadline: 30s     # decode: a reservation whose KV is not committed by then is freed
 //   drain_grace: 30s              # SIGTERM: time in-flight requests get to finish
 //   heartbeat_interval: 1s        # Control.Watch heartbeats
+//   liveness_timeout: 30s         # an engine loop iteration running longer is wedged: the worker
+//                                 #   turns not live (/health/live 503, grpc.health.v1
+//                                 #   NOT_SERVING, Control.Watch streams closed). Must exceed the
+//                                 #   longest legitimate step: a full token_budget prefill step of
+//                                 #   the largest model on the slowest CPU (seconds), plus the
+//                                 #   stall of a loaded host
 //
 // Libraries take a validated WorkerConfig; only main.cc reads files and flags.
 
@@ -86,6 +92,7 @@ struct WorkerConfig {
   absl::Duration reservation_deadline = absl::Seconds(30);
   absl::Duration drain_grace = absl::Seconds(30);
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration liveness_timeout = absl::Seconds(30);
 
   // Every key Set() accepts, in schema order (the flag names).
   static const std::vector<std::string>& Keys();

@@ -2,6 +2,7 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/serving/queued_write_reactor.h"
 
@@ -64,6 +65,17 @@ tandem::v1::WorkerLoad WorkerControlService::load() const {
   return snapshot_.load();
 }
 
+void WorkerControlService::SetLiveness(const absl::Status& live) {
+  absl::MutexLock lock(&mu_);
+  live_ = live;
+  if (live.ok()) {
+    return;
+  }
+  for (Watcher* w : watchers_) {
+    w->Close(NotLive());
+  }
+}
+
 int WorkerControlService::num_watchers() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(watchers_.size());
@@ -97,11 +109,20 @@ grpc::ServerWriteReactor<WorkerEvent>* WorkerControlService::Watch(
     // Not entered in watchers_; Remove() tolerates that.
     return w;
   }
+  if (!live_.ok()) {
+    w->Close(NotLive());
+    return w;
+  }
   watchers_.insert(w);
   WorkerEvent ev;
   *ev.mutable_snapshot() = snapshot_;
   w->Send(std::move(ev));
   return w;
+}
+
+grpc::Status WorkerControlService::NotLive() const {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      std::string(absl::StrCat("worker not live: ", live_.message())));
 }
 
 void WorkerControlService::Remove(Watcher* w) {

@@ -4,7 +4,11 @@
 // model, KV layout, current load), then carries a WorkerLoad whenever the
 // load changes (PublishLoad) and a heartbeat every `heartbeat_interval`.
 // Load updates a slow watcher has not received yet are coalesced (only the
-// newest is sent).
+// newest is sent). While the worker is not live (SetLiveness: an engine loop
+// is wedged) every stream is ended and new ones are refused, both with
+// UNAVAILABLE and the reason, so routers take the worker out of rotation at
+// once rather than after a heartbeat timeout (heartbeats come from a thread
+// of their own and would go on).
 //
 // Thread-safe. Owns one heartbeat thread (joined by Shutdown()). The service
 // must outlive the grpc::Server it is registered with (shut the server down
@@ -15,6 +19,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -35,6 +40,9 @@ class WorkerControlService final : public tandem::v1::Control::CallbackService {
   // differs from the previous one.
   void PublishLoad(const tandem::v1::WorkerLoad& load);
   tandem::v1::WorkerLoad load() const;
+  // Any thread. `live` not OK: ends every stream and refuses new ones with
+  // UNAVAILABLE and its message; OK again: accepts streams again.
+  void SetLiveness(const absl::Status& live);
   int num_watchers() const;
 
   // Any thread. Ends every stream with OK, refuses new ones (UNAVAILABLE) and
@@ -48,6 +56,7 @@ class WorkerControlService final : public tandem::v1::Control::CallbackService {
  private:
   class Watcher;
   void Remove(Watcher* w);
+  grpc::Status NotLive() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HeartbeatLoop();
 
   const absl::Duration heartbeat_interval_;
@@ -55,6 +64,7 @@ class WorkerControlService final : public tandem::v1::Control::CallbackService {
   tandem::v1::WorkerSnapshot snapshot_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<Watcher*> watchers_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status live_ ABSL_GUARDED_BY(mu_);
   // Serializes Shutdown's notify-and-join: a second concurrent Shutdown must
   // neither notify twice (absl::Notification forbids it) nor join twice.
   absl::Mutex join_mu_ ABSL_ACQUIRED_AFTER(mu_);

@@ -37,6 +37,8 @@ ABSL_FLAG(std::string, ucx_tls, "", "UCX transports, UCX_TLS syntax (default: UC
 ABSL_FLAG(std::string, ucx_net_devices, "", "UCX devices, UCX_NET_DEVICES syntax (default: UCX's)");
 ABSL_FLAG(std::string, drain_grace, "", "SIGTERM grace for in-flight requests (default 30s)");
 ABSL_FLAG(std::string, heartbeat_interval, "", "Control.Watch heartbeat period (default 1s)");
+ABSL_FLAG(std::string, liveness_timeout, "",
+          "an engine loop iteration running longer is wedged: not live (default 30s)");
 
 namespace tandem::serving {
 

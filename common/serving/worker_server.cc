@@ -2,6 +2,7 @@
 
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -43,6 +44,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
     const WorkerConfig& config, grpc::Service* service, tandem::v1::WorkerSnapshot snapshot,
     const base::MetricsRegistry& registry) {
   std::unique_ptr<WorkerServer> s(new WorkerServer());
+  s->health_ = std::make_unique<WorkerHealth>(config.liveness_timeout);
   s->control_ =
       std::make_unique<WorkerControlService>(std::move(snapshot), config.heartbeat_interval);
 
@@ -70,10 +72,25 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   s->worker_id_ = config.WorkerId(s->grpc_port_);
   s->control_->set_worker_id(s->worker_id_);
   s->server_->GetHealthCheckService()->SetServingStatus(true);
+  s->health_->StartWatchdog(
+      std::clamp(config.liveness_timeout / 10, absl::Milliseconds(10), absl::Seconds(1)),
+      [control = s->control_.get(), server = s->server_.get()](const absl::Status& live,
+                                                               const absl::Status& ready) {
+        if (!live.ok()) {
+          LOG(WARNING) << "worker not live: " << live.message();
+        } else {
+          LOG(INFO) << "worker live, " << (ready.ok() ? "ready" : "not ready: ") << ready.message();
+        }
+        control->SetLiveness(live);
+        server->GetHealthCheckService()->SetServingStatus(ready.ok());
+      });
 
   if (config.metrics_port >= 0) {
-    ASSIGN_OR_RETURN(s->metrics_,
-                     base::MetricsHttpServer::Start(registry, config.metrics_host, config.metrics_port));
+    WorkerHealth* health = s->health_.get();
+    ASSIGN_OR_RETURN(s->metrics_, base::MetricsHttpServer::Start(
+                                      registry, config.metrics_host, config.metrics_port,
+                                      {.live = [health] { return health->Live(); },
+                                       .ready = [health] { return health->Ready(); }}));
   }
   return s;
 }
@@ -84,6 +101,7 @@ bool WorkerServer::Drain(absl::Duration grace, absl::FunctionRef<int32_t()> live
                          absl::FunctionRef<void()> stop_accepting) {
   LOG(INFO) << "draining: " << live_requests() << " requests in flight, grace " << grace;
   stop_accepting();
+  health_->SetDraining();  // grpc.health.v1 NOT_SERVING, /health/ready 503
   server_->GetHealthCheckService()->SetServingStatus(false);
   const absl::Time deadline = absl::Now() + grace;
   while (live_requests() > 0 && absl::Now() < deadline) {
@@ -102,6 +120,9 @@ void WorkerServer::Shutdown() {
     return;
   }
   shut_down_ = true;
+  if (health_ != nullptr) {
+    health_->Stop();
+  }
   if (control_ != nullptr) {
     control_->Shutdown();
   }

@@ -2,9 +2,16 @@
 // WorkerServer: the serving half that tandem-prefill and tandem-decode share.
 // It owns the gRPC server on WorkerConfig::listen (the worker's own service,
 // tandem.v1.Control/Watch and grpc.health.v1), the Prometheus /metrics HTTP
-// server, and the address and worker id that follow from the bound port. The
-// worker keeps its engine, transport and service, and drives drain and
-// shutdown through the calls below.
+// server with the health probes (/health/live, /health/ready, /healthz), the
+// worker's health (liveness of its engine loops, readiness) and the address
+// and worker id that follow from the bound port. The worker keeps its engine,
+// transport and service, hands its engine loops to health(), and drives drain
+// and shutdown through the calls below.
+//
+// Health: a watchdog (WorkerHealth) checks the loops every
+// liveness_timeout / 10 (between 10 ms and 1 s). Not live: grpc.health.v1
+// NOT_SERVING and Control.Watch streams ended and refused (UNAVAILABLE with
+// the reason), until the loop moves again. Draining: NOT_SERVING.
 //
 // Thread-safe after Start() (accessors, control()). Drain() and Shutdown()
 // are called by the owning worker, not concurrently with each other;
@@ -24,6 +31,7 @@
 #include "common/engine/model.h"
 #include "common/serving/worker_config.h"
 #include "common/serving/worker_control.h"
+#include "common/serving/worker_health.h"
 #include "tandem/v1/worker.pb.h"
 
 namespace tandem::serving {
@@ -57,6 +65,8 @@ class WorkerServer {
   int metrics_port() const { return metrics_ != nullptr ? metrics_->port() : -1; }
   // Control.Watch; PublishLoad() from any thread.
   WorkerControlService& control() { return *control_; }
+  // AddLoop() each engine loop from any thread.
+  WorkerHealth& health() { return *health_; }
 
   // The shared half of a SIGTERM drain: logs the requests in flight, runs
   // `stop_accepting` (the worker's service answers UNAVAILABLE from then on),
@@ -78,6 +88,9 @@ class WorkerServer {
   std::string address_;
   std::string worker_id_;
   int grpc_port_ = 0;
+  // Declared before metrics_, whose probes read it. Its watchdog touches
+  // control_ and server_: Shutdown() stops it before anything else.
+  std::unique_ptr<WorkerHealth> health_;
   // Declared before server_: the service must outlive the server.
   std::unique_ptr<WorkerControlService> control_;
   std::unique_ptr<grpc::Server> server_;

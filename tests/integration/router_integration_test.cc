@@ -20,6 +20,11 @@
 //    tenant, never the key; routes name no worker;
 //  - tandem-router warns when a public front listens beyond loopback without
 //    keys (and not with keys).
+//  - supervision (tandem up deploy/local/disaggregated.yaml): a SIGKILLed
+//    decode, then prefill, worker turns the router's /health/ready 503 within
+//    2 s (polled every 100 ms), naming the model and the missing role; 200
+//    again once tandem up has restarted it, and a completion goes through;
+//    the cluster's processes pass promtool before and after.
 // Known gaps: no test of DNS discovery against a real resolver (unit-tested
 // with an injected resolver), no multi-router test.
 
@@ -31,8 +36,10 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <set>
 #include <sstream>
@@ -675,6 +682,7 @@ struct UpProcess {
   std::string grpc_address;
   std::string http_address;  // the router's ("HTTP http://ADDRESS")
   std::string log_path;      // a worker's ("log PATH")
+  int metrics_port = -1;     // a worker's ("metrics http://HOST:PORT/metrics")
   pid_t pid = -1;
 };
 
@@ -697,6 +705,12 @@ std::vector<UpProcess> UpProcesses(const std::string& output) {
         p.http_address = std::string(http);
       } else if (parts[i] == "log") {
         p.log_path = parts[i + 1];
+      } else if (parts[i] == "metrics" && absl::StartsWith(parts[i + 1], "http://") &&
+                 absl::EndsWith(parts[i + 1], "/metrics")) {
+        // A worker's; the router's (its HTTP port) is written "metrics http://…/metrics)".
+        absl::string_view url = parts[i + 1];
+        url.remove_suffix(std::strlen("/metrics"));
+        EXPECT_TRUE(absl::SimpleAtoi(url.substr(url.rfind(':') + 1), &p.metrics_port)) << line;
       }
     }
     out.push_back(std::move(p));
@@ -883,6 +897,107 @@ void TandemUp(const std::string& deploy_config, int workers,
     EXPECT_TRUE(rc == -1 && err == ESRCH)
         << name << " (pid " << pid << ") still exists after tandem up exited";
   }
+}
+
+// The router's GET /health/ready at `http_address`: status and body (0 and
+// "" when it does not answer).
+std::pair<int, std::string> RouterReady(const std::string& http_address) {
+  const size_t colon = http_address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(http_address.substr(colon + 1), &port)) {
+    ADD_FAILURE() << "'" << http_address << "' is not host:port";
+    return {0, ""};
+  }
+  httplib::Client cli(http_address.substr(0, colon), port);
+  cli.set_read_timeout(5, 0);
+  auto res = cli.Get("/health/ready");
+  return res ? std::make_pair(res->status, res->body) : std::make_pair(0, std::string());
+}
+
+// Polls the router's /health/ready every 100 ms until it answers `status`
+// or `bound` has passed; returns how long that took and the body.
+::testing::AssertionResult ReadyTurns(const std::string& http_address, int status,
+                                      absl::Duration bound, absl::Duration* took,
+                                      std::string* body) {
+  const absl::Time start = absl::Now();
+  std::pair<int, std::string> r = RouterReady(http_address);
+  while (r.first != status && absl::Now() - start < bound) {
+    absl::SleepFor(absl::Milliseconds(100));
+    r = RouterReady(http_address);
+  }
+  *took = absl::Now() - start;
+  *body = r.second;
+  if (r.first != status) {
+    return ::testing::AssertionFailure() << "/health/ready still " << r.first << " after "
+                                         << absl::FormatDuration(*took) << ", want " << status
+                                         << ": " << r.second;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// The supervision check with real processes: kill -9 the decode
+// worker, then the prefill worker, of `tandem up deploy/local/disaggregated.yaml`.
+// Each time the router's readiness is 503 within 2 s, naming the model and
+// the role it lost, and 200 again once tandem up has restarted the worker
+// (it restarts after restart.backoff, 1 s here, plus the model load); then a
+// completion goes through. Every process of the cluster passes promtool.
+TEST(TandemUpTest, ReadinessFollowsAKilledWorkerAndItsRestart) {
+  const std::string config =
+      CopyConfig(absl::StrCat(TANDEM_SOURCE_DIR, "/deploy/local/disaggregated.yaml"),
+                 "restart:\n  backoff: 1s\n");
+  absl::StatusOr<std::unique_ptr<ChildProcess>> up =
+      ChildProcess::Start(Logged({TANDEM_CLI_BIN, "up", config}));
+  ASSERT_TRUE(up.ok()) << up.status();
+  ChildProcess& p = **up;
+  absl::StatusOr<std::string> started =
+      p.WaitForLine("Ctrl-C stops the cluster", absl::Seconds(120));
+  ASSERT_TRUE(started.ok()) << started.status();
+  const std::vector<UpProcess> procs = UpProcesses(p.output());
+  ASSERT_EQ(procs.size(), 3u) << p.output();
+  const std::string router_http = procs[0].http_address;
+  absl::Duration took;
+  std::string body;
+  ASSERT_TRUE(ReadyTurns(router_http, 200, absl::Seconds(30), &took, &body)) << p.Tail();
+  ASSERT_TRUE(Generate(procs[0].grpc_address, BosOnly(8)).status.ok()) << p.Tail();
+  int router_port = -1;
+  ASSERT_TRUE(absl::SimpleAtoi(router_http.substr(router_http.rfind(':') + 1), &router_port));
+  for (const UpProcess& proc : procs) {
+    EXPECT_TRUE(PromtoolClean(proc.name, proc.name == "router" ? router_port : proc.metrics_port));
+  }
+
+  for (const std::string role : {"decode", "prefill"}) {
+    SCOPED_TRACE(role);
+    const UpProcess* victim = nullptr;
+    for (const UpProcess& proc : procs) {
+      if (absl::StartsWith(proc.name, role)) victim = &proc;
+    }
+    ASSERT_NE(victim, nullptr) << p.output();
+    ASSERT_EQ(kill(victim->pid, SIGKILL), 0) << victim->name << " pid " << victim->pid;
+    // The bound, exactly: 503 within 2 s of the death.
+    ASSERT_TRUE(ReadyTurns(router_http, 503, absl::Seconds(2), &took, &body)) << p.Tail();
+    std::cout << "[ measured ] router /health/ready 503 " << absl::FormatDuration(took)
+              << " after " << victim->name << " was killed" << std::endl;
+    EXPECT_THAT(body, HasSubstr("\"model\":\"stories260K\""));
+    EXPECT_THAT(body, HasSubstr(absl::StrCat("no live ", role, " worker")));
+    // tandem up restarts it and the router takes it back.
+    ASSERT_TRUE(ReadyTurns(router_http, 200, absl::Seconds(60), &took, &body))
+        << victim->name << " not back\n" << p.Tail();
+    std::cout << "[ measured ] router /health/ready 200 again " << absl::FormatDuration(took)
+              << " later" << std::endl;
+    const pid_t restarted = RestartedPid(p, victim->name);
+    EXPECT_GT(restarted, 0) << p.Tail();
+    EXPECT_NE(restarted, victim->pid);
+    GrpcResult again = Generate(procs[0].grpc_address, BosOnly(8));
+    EXPECT_TRUE(again.status.ok()) << again.status.error_message() << "\n" << p.Tail();
+    EXPECT_EQ(again.ids.size(), 8u);
+  }
+  EXPECT_TRUE(PromtoolClean("router", router_port));
+
+  p.Signal(SIGTERM);
+  const absl::StatusOr<int> exit_code = p.Wait(absl::Seconds(60));
+  ASSERT_TRUE(exit_code.ok()) << "tandem up did not exit: " << exit_code.status() << "\n"
+                              << p.Tail();
+  EXPECT_EQ(*exit_code, 0) << p.Tail();
 }
 
 TEST(TandemUpTest, Colocated) {

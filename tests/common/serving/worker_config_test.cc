@@ -21,6 +21,7 @@ TEST(WorkerConfigTest, DefaultsNeedOnlyAModel) {
   EXPECT_OK(c.Validate());
   EXPECT_EQ(c.block_size, 16);
   EXPECT_EQ(c.reservation_deadline, absl::Seconds(30));
+  EXPECT_EQ(c.liveness_timeout, absl::Seconds(30));
 }
 
 TEST(WorkerConfigTest, YamlSetsEveryKey) {
@@ -55,6 +56,7 @@ ucx_net_devices: lo
 reservation_deadline: 1500ms
 drain_grace: 5s
 heartbeat_interval: 250ms
+liveness_timeout: 45s
 )"));
   EXPECT_EQ(c.worker_id, "d-1");
   EXPECT_EQ(c.role, WorkerRole::kColocated);
@@ -83,6 +85,7 @@ heartbeat_interval: 250ms
   EXPECT_EQ(c.reservation_deadline, absl::Milliseconds(1500));
   EXPECT_EQ(c.drain_grace, absl::Seconds(5));
   EXPECT_EQ(c.heartbeat_interval, absl::Milliseconds(250));
+  EXPECT_EQ(c.liveness_timeout, absl::Seconds(45));
   EXPECT_OK(c.Validate());
   // A flag given on the command line overrides the file.
   ASSERT_OK(c.Set("threads", "1"));
@@ -169,6 +172,10 @@ TEST(WorkerConfigTest, ValidateNamesTheField) {
   c.reservation_deadline = absl::Seconds(1);
   c.metrics_port = 70000;
   EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("metrics_port")));
+  c.metrics_port = 0;
+  c.liveness_timeout = absl::ZeroDuration();
+  EXPECT_THAT(c.Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("liveness_timeout")));
 }
 
 TEST(WorkerConfigTest, AdvertiseAddressUsesTheBoundPort) {

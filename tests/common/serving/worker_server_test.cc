@@ -1,5 +1,6 @@
 // WorkerServer (common/serving/worker_server.h): the gRPC and /metrics bring-up both
-// workers share, its drain and shutdown, and the snapshot it starts from.
+// workers share, its drain and shutdown, the snapshot it starts from, and its
+// health probes (a loop wedged on a SimulatedClock; draining).
 
 #include "common/serving/worker_server.h"
 
@@ -16,16 +17,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/base/clock.h"
 #include "common/base/metrics.h"
 #include "common/serving/worker_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tandem::serving {
 namespace {
 
+using ::tandem::testing::Eventually;
 using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -187,6 +191,68 @@ TEST_F(WorkerServerTest, DrainGivesUpAfterGrace) {
   const absl::Duration took = absl::Now() - t0;
   EXPECT_GE(took, absl::Milliseconds(100));
   EXPECT_LT(took, absl::Seconds(10));
+}
+
+// GET `path` on the server's metrics port: "<status> <body>".
+std::string Probe(const WorkerServer& server, const std::string& path) {
+  httplib::Client cli("127.0.0.1", server.metrics_port());
+  auto res = cli.Get(path.c_str());
+  return res ? absl::StrCat(res->status, " ", res->body) : "no answer";
+}
+
+// The status the first Control.Watch event ends with: OK (a snapshot came)
+// or how the stream ended.
+grpc::Status FirstWatchEvent(const WorkerServer& server) {
+  auto stub = tandem::v1::Control::NewStub(
+      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto reader = stub->Watch(&ctx, tandem::v1::WatchRequest());
+  tandem::v1::WorkerEvent event;
+  if (reader->Read(&event)) {
+    ctx.TryCancel();
+    reader->Finish().error_code();  // CANCELLED: we hung up
+    return grpc::Status::OK;
+  }
+  return reader->Finish();
+}
+
+TEST_F(WorkerServerTest, WedgedLoopIsNotLiveUntilItMovesAgain) {
+  WorkerConfig config = LocalConfig();
+  config.liveness_timeout = absl::Seconds(30);  // on the simulated clock
+  auto server = Start(config);
+  ASSERT_OK(server.status());
+  WorkerServer& s = **server;
+  base::SimulatedClock clock(absl::Now());
+  LoopHeartbeat loop("test loop", clock);
+  s.health().AddLoop(&loop);
+  loop.Beat();
+  clock.AdvanceTime(absl::Seconds(29));
+  EXPECT_EQ(Probe(s, "/health/live"), "200 ok\n");
+  EXPECT_TRUE(FirstWatchEvent(s).ok());
+  clock.AdvanceTime(absl::Seconds(2));
+  EXPECT_THAT(Probe(s, "/health/live"), StartsWith("503 test loop wedged: one iteration has run for 31s"));
+  EXPECT_THAT(Probe(s, "/healthz"), StartsWith("503 test loop wedged"));
+  EXPECT_THAT(Probe(s, "/health/ready"), StartsWith("503 test loop wedged"));
+  grpc::Status watch;
+  EXPECT_TRUE(Eventually([&] { return !(watch = FirstWatchEvent(s)).ok(); },
+                         "Watch refused (watchdog tick)"));
+  EXPECT_EQ(watch.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(watch.error_message(), HasSubstr("worker not live: test loop wedged"));
+  loop.Idle();
+  EXPECT_EQ(Probe(s, "/health/live"), "200 ok\n");
+  EXPECT_EQ(Probe(s, "/health/ready"), "200 ok\n");
+  EXPECT_TRUE(Eventually([&] { return FirstWatchEvent(s).ok(); }, "Watch served again"));
+}
+
+TEST_F(WorkerServerTest, DrainingIsLiveButNotReady) {
+  auto server = Start(LocalConfig());
+  ASSERT_OK(server.status());
+  EXPECT_EQ(Probe(**server, "/health/ready"), "200 ok\n");
+  EXPECT_TRUE((*server)->Drain(absl::Seconds(1), [] { return 0; }, [] {}));
+  EXPECT_EQ(Probe(**server, "/health/live"), "200 ok\n");
+  EXPECT_EQ(Probe(**server, "/health/ready"),
+            "503 draining: the worker accepts no new requests\n");
 }
 
 }  // namespace

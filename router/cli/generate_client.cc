@@ -33,6 +33,9 @@ absl::StatusOr<tandem::v1::GenerateResponse> RunGenerate(const GenerateOptions& 
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + o.timeout));
+  if (!o.api_key.empty()) {
+    ctx.AddMetadata("authorization", "Bearer " + o.api_key);
+  }
   std::unique_ptr<grpc::ClientReader<tandem::v1::GenerateResponse>> reader =
       stub->Generate(&ctx, req);
   tandem::v1::GenerateResponse m;

@@ -27,6 +27,7 @@ struct GenerateOptions {
   std::vector<std::string> stop;
   bool add_special_tokens = true;
   absl::Duration timeout = absl::Seconds(120);   // the call's deadline
+  std::string api_key;           // sent as "authorization: Bearer <key>" when set
 };
 
 // Streams the answer into `out`; returns the last message (finish reason,

@@ -552,6 +552,7 @@ void Cluster::PrintEndpoints(std::ostream& out) const {
         << "/metrics  pid " << p.pid << "  log " << p.log_path << "\n";
   }
   out << "  try: tandem generate --router " << r.grpc_address
+      << (spec_.router["auth"] ? " --api-key <a key from router.auth>" : "")
       << " --prompt \"Once upon a time\"\n"
       << "Ctrl-C stops the cluster.\n";
   out.flush();

@@ -16,6 +16,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -40,6 +41,8 @@ ABSL_FLAG(double, top_p, 1.0, "generate: top-p (1 = off)");
 ABSL_FLAG(int64_t, seed, -1, "generate: sampling seed (-1 = random)");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "generate: stop strings (comma-separated)");
 ABSL_FLAG(bool, bos, true, "generate: add BOS to the prompt text");
+ABSL_FLAG(std::string, api_key, "",
+          "generate: the router's API key (clusters with auth keys); default: $TANDEM_API_KEY");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(120), "generate: deadline of the call");
 
 namespace {
@@ -77,6 +80,10 @@ int Generate() {
   o.stop = absl::GetFlag(FLAGS_stop);
   o.add_special_tokens = absl::GetFlag(FLAGS_bos);
   o.timeout = absl::GetFlag(FLAGS_timeout);
+  o.api_key = absl::GetFlag(FLAGS_api_key);
+  if (const char* env = std::getenv("TANDEM_API_KEY"); o.api_key.empty() && env != nullptr) {
+    o.api_key = env;
+  }
   absl::StatusOr<tandem::v1::GenerateResponse> last =
       tandem::router::cli::RunGenerate(o, std::cout);
   std::cout << std::endl;

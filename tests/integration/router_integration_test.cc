@@ -1086,6 +1086,31 @@ TEST(TandemUpTest, SecureWantsAKeyOnBothFronts) {
   EXPECT_FALSE(ok.last.route().colocated());
   EXPECT_EQ(ok.last.route().prefill_worker(), "");  // no worker address for clients
   EXPECT_EQ(ok.last.route().decode_worker(), "");
+  // `tandem generate`: refused without a key; --api-key or $TANDEM_API_KEY.
+  auto cli_generate = [&](std::vector<std::string> extra, std::vector<std::string> env) {
+    std::vector<std::string> argv = {TANDEM_CLI_BIN, "generate", "--router",
+                                     procs[0].grpc_address, "--prompt", "Once", "--max-tokens",
+                                     "4"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    ChildOptions o;
+    o.argv = std::move(argv);
+    o.env = std::move(env);
+    o.stderr_to_stdout = true;
+    absl::StatusOr<std::unique_ptr<ChildProcess>> gen = ChildProcess::Start(std::move(o));
+    if (!gen.ok()) {
+      return std::make_pair(-1, std::string(gen.status().message()));
+    }
+    absl::StatusOr<std::string> out = (*gen)->ReadToEnd(absl::Seconds(60));
+    absl::StatusOr<int> rc = (*gen)->Wait(absl::Seconds(10));
+    return std::make_pair(rc.ok() ? *rc : -1, out.ok() ? *out : std::string(out.status().message()));
+  };
+  auto [no_key_rc, no_key_out] = cli_generate({}, {"TANDEM_API_KEY="});
+  EXPECT_NE(no_key_rc, 0) << no_key_out;
+  EXPECT_THAT(no_key_out, HasSubstr("UNAUTHENTICATED")) << no_key_out;
+  auto [flag_rc, flag_out] = cli_generate({"--api-key", key}, {"TANDEM_API_KEY="});
+  EXPECT_EQ(flag_rc, 0) << flag_out;
+  auto [env_rc, env_out] = cli_generate({}, {"TANDEM_API_KEY=" + key});
+  EXPECT_EQ(env_rc, 0) << env_out;
 
   p.Signal(SIGTERM);
   const absl::StatusOr<int> exit_code = p.Wait(absl::Seconds(60));

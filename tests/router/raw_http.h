@@ -69,7 +69,8 @@ inline RawResponse ParseRawResponse(absl::string_view raw) {
         r.complete = true;
         return r;
       }
-      r.body.append(rest.substr(line_end + 2, size));
+      const absl::string_view piece = rest.substr(line_end + 2, size);
+      r.body.append(piece.data(), piece.size());
       rest.remove_prefix(line_end + 2 + size + 2);
     }
   }
@@ -81,11 +82,15 @@ inline RawResponse ParseRawResponse(absl::string_view raw) {
 class RawConn {
  public:
   // A non-blocking socket connecting to 127.0.0.1:`port` (the connect may
-  // still be in progress); null when the socket cannot be made.
-  static std::unique_ptr<RawConn> Start(int port) {
+  // still be in progress); null when the socket cannot be made. A
+  // `receive_buffer` > 0 sets SO_RCVBUF first (a small window: a slow reader).
+  static std::unique_ptr<RawConn> Start(int port, int receive_buffer = 0) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
       return nullptr;
+    }
+    if (receive_buffer > 0) {
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
     }
     sockaddr_in a{};
     a.sin_family = AF_INET;

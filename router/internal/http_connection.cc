@@ -1,5 +1,7 @@
 #include "router/internal/http_connection.h"
 
+#include <malloc.h>
+
 #include <chrono>
 #include <sstream>
 #include <utility>
@@ -33,6 +35,7 @@ constexpr size_t kReadChunkBytes = 16 << 10;
 constexpr size_t kLingerBytes = 1 << 20;
 constexpr std::chrono::seconds kLingerTime(2);
 constexpr std::chrono::seconds kTickInterval(1);
+constexpr size_t kTrimAfterBytes = 1 << 20;
 
 std::chrono::nanoseconds Chrono(absl::Duration d) { return absl::ToChronoNanoseconds(d); }
 
@@ -179,6 +182,12 @@ void HttpConnection::OnBody(beast::error_code ec) {
   exchange_ = Dispatch(ctx_, req, *this, post);
   if (exchange_ != nullptr && !exchange_->done() && !closed_) {
     ArmTick();
+  }
+  if (req.body.size() >= kTrimAfterBytes) {
+    std::string().swap(req.body);  // `= {}` would keep the capacity
+    // Freed small blocks of a large request's JSON stay in glibc's bins;
+    // hand them back (large blocks are mmapped: see HttpServer::Start).
+    malloc_trim(0);
   }
 }
 

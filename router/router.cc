@@ -66,12 +66,13 @@ absl::Status CheckPromptBytes(const GenerationRequest& request, const ModelCatal
   if (bytes <= max) {
     return absl::OkStatus();
   }
-  return InvalidParam(param,
-                      absl::StrCat("the ", param, " is ", bytes, " bytes; this router accepts at most ",
-                                   max, " bytes of prompt text (limits.max_prompt_bytes",
-                                   limits.max_prompt_bytes > 0 ? "" : ", 16 x the context length",
-                                   ")"),
-                      "context_length_exceeded");
+  return InvalidParam(
+      param,
+      absl::StrCat(request.messages.has_value() ? "the messages are " : "the prompt is ", bytes,
+                   " bytes; this router accepts at most ", max,
+                   " bytes of prompt text (limits.max_prompt_bytes",
+                   limits.max_prompt_bytes > 0 ? "" : ", 16 x the context length", ")"),
+      "context_length_exceeded");
 }
 
 }  // namespace

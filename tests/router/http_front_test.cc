@@ -289,6 +289,37 @@ TEST(HttpFrontTest, ReaderThatStopsReadingIsCancelled) {
   EXPECT_TRUE(Eventually([&] { return h->router().inflight() == 0; }, "the request to end"));
 }
 
+TEST(HttpFrontTest, PromptOverMaxPromptBytesIsRefusedOnBothFronts) {
+  auto h = Router({}, [](RouterConfig& c) { c.limits.max_prompt_bytes = 1000; });
+  RawResponse text = Exchange(
+      h->http_port(), Post("/v1/completions", json{{"prompt", std::string(1001, 'a')}}.dump()));
+  ExpectOpenAiError(text, 400, "the prompt is 1001 bytes");
+  ExpectOpenAiError(text, 400, "at most 1000 bytes of prompt text (limits.max_prompt_bytes)");
+  EXPECT_EQ(json::parse(text.body)["error"]["param"], "prompt");
+  RawResponse chat = Exchange(
+      h->http_port(),
+      Post("/v1/chat/completions",
+           json{{"messages", {{{"role", "user"}, {"content", std::string(997, 'a')}}}}}.dump()));
+  ExpectOpenAiError(chat, 400, "the messages are 1001 bytes");
+  EXPECT_EQ(json::parse(chat.body)["error"]["param"], "messages");
+  // gRPC goes through the same Router::Prepare.
+  v1::GenerateRequest req;
+  req.set_text(std::string(1001, 'a'));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  auto reader = h->stub().Generate(&ctx, req);
+  v1::GenerateResponse m;
+  while (reader->Read(&m)) {
+  }
+  grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("limits.max_prompt_bytes"));
+  // At the limit the prompt is tokenized and goes on (no worker: 503).
+  RawResponse fits = Exchange(
+      h->http_port(), Post("/v1/completions", json{{"prompt", std::string(1000, 'a')}}.dump()));
+  EXPECT_EQ(fits.status, 503) << fits.body;
+}
+
 TEST(HttpFrontTest, WrongMethodIs405NamingTheAllowedOne) {
   auto h = Router({});
   RawResponse r = Exchange(h->http_port(), "GET /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n");

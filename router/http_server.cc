@@ -10,6 +10,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
@@ -51,13 +52,12 @@ struct HttpServer::Impl {
       }
       boost::system::error_code opt_ec;
       socket.set_option(tcp::no_delay(true), opt_ec);  // SSE chunks go out at once
+      const auto strand = socket.get_executor();
       auto conn = std::make_shared<internal::HttpConnection>(std::move(socket), ctx);
-      if (ctx.connections.load(std::memory_order_relaxed) >
-          ctx.router.config().limits.max_connections) {
-        conn->RejectBusy();
-      } else {
-        conn->Run();
-      }
+      const bool busy = ctx.connections.load(std::memory_order_relaxed) >
+                        ctx.router.config().limits.max_connections;
+      // From here on the connection runs on its strand only.
+      net::post(strand, [conn, busy] { busy ? conn->RejectBusy() : conn->Run(); });
       Accept();
     });
   }

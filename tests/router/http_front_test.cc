@@ -6,6 +6,9 @@
 //     while /health and a completion still answer within 1 s;
 //   - 500 concurrent streams all end with [DONE], none reset;
 //   - a stream whose reader stops reading is cancelled on the worker;
+//   - a prompt over limits.max_prompt_bytes is refused on both fronts;
+//   - past limits.max_connections a connection gets 503; unfinished headers
+//     time out (limits.header_timeout);
 //   - a wrong method is 405 naming the allowed one.
 // Each test is bounded (well under 30 s) and stops by itself.
 
@@ -318,6 +321,33 @@ TEST(HttpFrontTest, PromptOverMaxPromptBytesIsRefusedOnBothFronts) {
   RawResponse fits = Exchange(
       h->http_port(), Post("/v1/completions", json{{"prompt", std::string(1000, 'a')}}.dump()));
   EXPECT_EQ(fits.status, 503) << fits.body;
+}
+
+TEST(HttpFrontTest, ConnectionsOverTheLimitGet503AndSlowHeadersTimeOut) {
+  auto h = Router({}, [](RouterConfig& c) {
+    c.limits.max_connections = 3;
+    c.limits.header_timeout = absl::Seconds(1);
+  });
+  std::vector<std::unique_ptr<RawConn>> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(RawConn::Start(h->http_port()));
+    ASSERT_NE(held.back(), nullptr);
+    ASSERT_TRUE(held.back()->Send("GET /health/live HTTP/1.1\r\n"));  // never finished
+  }
+  RawResponse busy = Exchange(h->http_port(), "GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n");
+  ExpectOpenAiError(busy, 503, "limits.max_connections");
+  EXPECT_THAT(busy.head, HasSubstr("Retry-After: 1"));
+  // The unfinished headers time out (limits.header_timeout) and free their slots.
+  for (auto& c : held) {
+    EXPECT_TRUE(c->ClosedByPeer(absl::Seconds(10)));
+  }
+  held.clear();
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return Exchange(h->http_port(), "GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+                   .status == 200;
+      },
+      "a connection slot to free up", absl::Seconds(10), absl::Milliseconds(50)));
 }
 
 TEST(HttpFrontTest, WrongMethodIs405NamingTheAllowedOne) {

@@ -75,7 +75,6 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection>, publ
   bool closing_ = false;        // close once the queue is written
   bool closed_ = false;
   bool first_request_ = true;
-  bool tick_armed_ = false;
 };
 
 }  // namespace tandem::router::internal

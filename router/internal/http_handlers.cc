@@ -202,7 +202,7 @@ std::shared_ptr<GenerationExchange> GenerationExchange::Start(HttpContext& ctx,
     sink.Respond(ErrorResponse(prepared.status(), retry_after));
     return nullptr;
   }
-  auto x = std::make_shared<GenerationExchange>(ctx, endpoint, sink);
+  auto x = std::make_shared<GenerationExchange>(ctx, sink);
   x->request_ = *std::move(parsed);
   x->deadline_ = prepared->deadline;
   x->request_id_ = prepared->client_request_id;

@@ -99,8 +99,7 @@ class GenerationExchange : public std::enable_shared_from_this<GenerationExchang
                                                    const HttpRequest& request, ResponseSink& sink,
                                                    PostFn post);
 
-  GenerationExchange(HttpContext& ctx, OpenAiEndpoint endpoint, ResponseSink& sink)
-      : ctx_(ctx), endpoint_(endpoint), sink_(sink) {}
+  GenerationExchange(HttpContext& ctx, ResponseSink& sink) : ctx_(ctx), sink_(sink) {}
 
   void OnEvent(Event e);
   // About once a second while not done: an SSE keep-alive comment after 5 s
@@ -116,7 +115,6 @@ class GenerationExchange : public std::enable_shared_from_this<GenerationExchang
   void Fail(const absl::Status& s);
 
   HttpContext& ctx_;
-  const OpenAiEndpoint endpoint_;
   ResponseSink& sink_;
   OpenAiRequest request_;
   std::unique_ptr<OpenAiResponseBuilder> builder_;

@@ -182,6 +182,7 @@ void HttpConnection::OnBody(beast::error_code ec) {
   exchange_ = Dispatch(ctx_, req, *this, post);
   if (exchange_ != nullptr && !exchange_->done() && !closed_) {
     ArmTick();
+    WatchForHangUp();
   }
   if (req.body.size() >= kTrimAfterBytes) {
     std::string().swap(req.body);  // `= {}` would keep the capacity
@@ -189,6 +190,37 @@ void HttpConnection::OnBody(beast::error_code ec) {
     // hand them back (large blocks are mmapped: see HttpServer::Start).
     malloc_trim(0);
   }
+}
+
+void HttpConnection::WatchForHangUp() {
+  if (buffer_.size() >= kHeaderLimitBytes) {
+    return;  // enough pipelined bytes wait already; stop reading
+  }
+  watching_ = true;
+  stream_.expires_never();  // the request's deadline bounds it, not a read timeout
+  stream_.async_read_some(
+      buffer_.prepare(kReadChunkBytes), [self = shared_from_this()](beast::error_code ec, size_t n) {
+        self->watching_ = false;
+        if (self->closed_) {
+          return;
+        }
+        if (!ec) {
+          self->buffer_.commit(n);
+        }
+        if (self->after_watch_ != nullptr && (!ec || ec == net::error::operation_aborted)) {
+          auto next = std::exchange(self->after_watch_, nullptr);
+          ((*self).*next)();
+          return;
+        }
+        if (ec) {
+          self->Close();  // the client left: cancels its request
+          return;
+        }
+        if (self->exchange_ != nullptr && !self->exchange_->done()) {
+          self->WatchForHangUp();
+        }
+        // Else the response is being written; AfterResponse reads on.
+      });
 }
 
 void HttpConnection::RefuseRequest(const absl::Status& s, int http_status) {
@@ -295,12 +327,15 @@ void HttpConnection::AfterResponse() {
   }
   exchange_.reset();
   tick_.cancel();
-  if (closing_ || !keep_alive_) {
-    LingeringClose();
+  first_request_ = false;
+  const auto next = closing_ || !keep_alive_ ? &HttpConnection::LingeringClose
+                                             : &HttpConnection::ReadRequest;
+  if (watching_) {
+    after_watch_ = next;  // one read at a time: after the hang-up read returns
+    stream_.socket().cancel();
     return;
   }
-  first_request_ = false;
-  ReadRequest();
+  (this->*next)();
 }
 
 void HttpConnection::LingeringClose() {

@@ -48,6 +48,10 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection>, publ
   void OnHeader(boost::beast::error_code ec);
   void ReadBody();
   void OnBody(boost::beast::error_code ec);
+  // While a generation runs: a read that notices the client leaving (EOF or
+  // reset) and cancels the request; what it reads (a pipelined request) is
+  // kept for the next ReadRequest.
+  void WatchForHangUp();
   // Answers a request that could not be read (and closes after).
   void RefuseRequest(const absl::Status& s, int http_status);
   void Queue(std::string bytes);
@@ -75,6 +79,10 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection>, publ
   bool closing_ = false;        // close once the queue is written
   bool closed_ = false;
   bool first_request_ = true;
+  bool watching_ = false;  // the hang-up read is pending
+  // The response is out while the hang-up read was pending: what to do once
+  // it returns (cancelled). Null = nothing yet.
+  void (HttpConnection::*after_watch_)() = nullptr;
 };
 
 }  // namespace tandem::router::internal

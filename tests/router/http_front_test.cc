@@ -350,6 +350,49 @@ TEST(HttpFrontTest, ConnectionsOverTheLimitGet503AndSlowHeadersTimeOut) {
       "a connection slot to free up", absl::Seconds(10), absl::Milliseconds(50)));
 }
 
+TEST(HttpFrontTest, ClientThatLeavesDuringANonStreamingRequestCancelsIt) {
+  auto w = Colocated(std::vector<int32_t>(300, 100), absl::Milliseconds(10));
+  auto h = Router({w->address()});
+  ASSERT_TRUE(h->WaitForLive(1));
+  {
+    std::unique_ptr<RawConn> c = RawConn::Start(h->http_port());
+    ASSERT_NE(c, nullptr);
+    ASSERT_TRUE(c->Send(Post("/v1/completions", R"({"prompt":"Once","max_tokens":300})")));
+    ASSERT_TRUE(Eventually([&] { return w->requests() == 1; }, "the request to reach the worker"));
+  }  // hangs up; nothing was written to it that could fail
+  EXPECT_TRUE(Eventually([&] { return w->cancelled() == 1; }, "the worker to see the cancel",
+                         absl::Seconds(10)));
+  EXPECT_TRUE(Eventually([&] { return h->router().inflight() == 0; }, "the request to end"));
+}
+
+TEST(HttpFrontTest, KeepAliveAndPipelinedRequestsAreAllAnswered) {
+  auto w = Colocated({100, 101, 102}, absl::Milliseconds(20));
+  auto h = Router({w->address()});
+  ASSERT_TRUE(h->WaitForLive(1));
+  std::unique_ptr<RawConn> c = RawConn::Start(h->http_port());
+  ASSERT_NE(c, nullptr);
+  const std::string one = Post("/v1/completions", R"({"prompt":"Once","max_tokens":3})");
+  const std::string stream =
+      Post("/v1/completions", R"({"prompt":"Once","max_tokens":3,"stream":true})");
+  // Keep-alive: one after the other on the same connection.
+  for (const std::string* req : {&one, &stream, &one}) {
+    ASSERT_TRUE(c->Send(*req));
+    RawResponse r = c->ReadResponse();
+    EXPECT_EQ(r.status, 200) << r.head << r.body;
+    EXPECT_TRUE(r.complete);
+  }
+  // Pipelined: the next requests arrive while the first one generates.
+  ASSERT_TRUE(c->Send(absl::StrCat(stream, one, stream)));
+  for (int i = 0; i < 3; ++i) {
+    RawResponse r = c->ReadResponse();
+    EXPECT_EQ(r.status, 200) << i << ": " << r.head << r.body;
+    EXPECT_TRUE(r.complete) << i;
+    if (i != 1) {
+      EXPECT_THAT(tandem::testing::SseData(r.body), ::testing::Contains("[DONE]")) << i;
+    }
+  }
+}
+
 TEST(HttpFrontTest, WrongMethodIs405NamingTheAllowedOne) {
   auto h = Router({});
   RawResponse r = Exchange(h->http_port(), "GET /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n");

@@ -30,6 +30,7 @@ struct RawResponse {
   std::string head;      // status line and headers
   std::string body;      // de-chunked
   bool complete = false; // the whole body arrived
+  size_t consumed = 0;    // bytes of the input it used, once complete
 };
 
 // Parses `raw` (what a connection received); complete once the body is in.
@@ -53,6 +54,7 @@ inline RawResponse ParseRawResponse(absl::string_view raw) {
     (void)absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &len);
     r.body = std::string(rest.substr(0, len));
     r.complete = rest.size() >= len;
+    r.consumed = r.complete ? end + 4 + len : 0;
     return r;
   }
   if (absl::StrContains(lower, "transfer-encoding: chunked")) {
@@ -67,6 +69,7 @@ inline RawResponse ParseRawResponse(absl::string_view raw) {
       }
       if (size == 0) {
         r.complete = true;
+        r.consumed = raw.size() - rest.size() + line_end + 4;
         return r;
       }
       const absl::string_view piece = rest.substr(line_end + 2, size);
@@ -152,13 +155,19 @@ class RawConn {
     }
   }
 
-  // Reads until a whole response is in, the peer closes or `timeout`.
+  // Reads until a whole response is in, the peer closes or `timeout`. A
+  // complete response is taken off received(): the next call reads the next
+  // one (keep-alive, pipelining).
   RawResponse ReadResponse(absl::Duration timeout = absl::Seconds(10)) {
     const absl::Time give_up = absl::Now() + timeout;
     while (true) {
       const bool open = ReadAvailable();
       RawResponse r = ParseRawResponse(received_);
-      if (r.complete || !open || !Wait(POLLIN, give_up)) {
+      if (r.complete) {
+        received_.erase(0, r.consumed);
+        return r;
+      }
+      if (!open || !Wait(POLLIN, give_up)) {
         return r;
       }
     }

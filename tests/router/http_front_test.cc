@@ -74,6 +74,10 @@ std::string Post(const std::string& path, const std::string& body) {
                       "\r\n\r\n", body);
 }
 
+std::string Get(const std::string& path) {
+  return absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+}
+
 // One request on a fresh connection; the response (bounded wait).
 RawResponse Exchange(int port, const std::string& request,
                      absl::Duration timeout = absl::Seconds(10)) {
@@ -121,7 +125,7 @@ TEST(HttpFrontTest, ChunkedUploadOverTheLimitIs413BeforeItIsRead) {
   EXPECT_LT(sent, int64_t{40} << 20) << "sent " << sent << " bytes";
   EXPECT_TRUE(c->ClosedByPeer(absl::Seconds(10)));
   // Still serving.
-  RawResponse live = Exchange(h->http_port(), "GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n");
+  RawResponse live = Exchange(h->http_port(), Get("/health/live"));
   EXPECT_EQ(live.status, 200) << live.head;
 }
 
@@ -169,7 +173,7 @@ TEST(HttpFrontTest, SlowHeaderConnectionsDoNotStarveOthers) {
   // Over about 6 s (three header lines each), the front keeps answering.
   for (int round = 0; round < 3; ++round) {
     absl::Time start = absl::Now();
-    RawResponse health = Exchange(h->http_port(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+    RawResponse health = Exchange(h->http_port(), Get("/health"),
                                   absl::Seconds(5));
     EXPECT_EQ(health.status, 200) << health.head;
     EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "round " << round;
@@ -334,7 +338,7 @@ TEST(HttpFrontTest, ConnectionsOverTheLimitGet503AndSlowHeadersTimeOut) {
     ASSERT_NE(held.back(), nullptr);
     ASSERT_TRUE(held.back()->Send("GET /health/live HTTP/1.1\r\n"));  // never finished
   }
-  RawResponse busy = Exchange(h->http_port(), "GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n");
+  RawResponse busy = Exchange(h->http_port(), Get("/health/live"));
   ExpectOpenAiError(busy, 503, "limits.max_connections");
   EXPECT_THAT(busy.head, HasSubstr("Retry-After: 1"));
   // The unfinished headers time out (limits.header_timeout) and free their slots.
@@ -344,7 +348,7 @@ TEST(HttpFrontTest, ConnectionsOverTheLimitGet503AndSlowHeadersTimeOut) {
   held.clear();
   EXPECT_TRUE(Eventually(
       [&] {
-        return Exchange(h->http_port(), "GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        return Exchange(h->http_port(), Get("/health/live"))
                    .status == 200;
       },
       "a connection slot to free up", absl::Seconds(10), absl::Milliseconds(50)));
@@ -395,7 +399,7 @@ TEST(HttpFrontTest, KeepAliveAndPipelinedRequestsAreAllAnswered) {
 
 TEST(HttpFrontTest, WrongMethodIs405NamingTheAllowedOne) {
   auto h = Router({});
-  RawResponse r = Exchange(h->http_port(), "GET /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n");
+  RawResponse r = Exchange(h->http_port(), Get("/v1/completions"));
   ExpectOpenAiError(r, 405, "use POST");
   EXPECT_THAT(r.head, HasSubstr("Allow: POST"));
   RawResponse bad = Exchange(h->http_port(), "NOT HTTP AT ALL\r\n\r\n");

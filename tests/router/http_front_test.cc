@@ -123,6 +123,8 @@ TEST(HttpFrontTest, ChunkedUploadOverTheLimitIs413BeforeItIsRead) {
   // What the server took in is the limit plus socket buffers and the
   // lingering drain, far from the 100 MB offered.
   EXPECT_LT(sent, int64_t{40} << 20) << "sent " << sent << " bytes";
+  std::printf("[ measured ] chunked upload: the router took %lld of %lld bytes before its 413\n",
+              static_cast<long long>(sent), static_cast<long long>(kTotal));
   EXPECT_TRUE(c->ClosedByPeer(absl::Seconds(10)));
   // Still serving.
   RawResponse live = Exchange(h->http_port(), Get("/health/live"));

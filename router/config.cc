@@ -76,6 +76,9 @@ absl::Status RouterConfig::Validate() const {
   if (http_threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("http_threads must be >= 0, got ", http_threads));
   }
+  if (http_backlog < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("http_backlog must be >= 1, got ", http_backlog));
+  }
   const DiscoveryConfig& d = discovery;
   if (d.heartbeat_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("workers.heartbeat_timeout must be positive");
@@ -140,6 +143,24 @@ absl::Status RouterConfig::Validate() const {
   if (l.max_body_bytes < 1024) {
     return absl::InvalidArgumentError("limits.max_body_bytes must be >= 1024");
   }
+  if (l.max_prompt_bytes < 0) {
+    return absl::InvalidArgumentError("limits.max_prompt_bytes must be >= 0");
+  }
+  for (const auto& [name, value] : {std::pair<const char*, absl::Duration>{"header_timeout",
+                                                                             l.header_timeout},
+                                    {"body_timeout", l.body_timeout},
+                                    {"idle_timeout", l.idle_timeout}}) {
+    if (value <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat("limits.", name, " must be positive"));
+    }
+  }
+  if (l.max_connections < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("limits.max_connections must be >= 1, got ", l.max_connections));
+  }
+  if (l.max_stream_buffer_bytes < 4096) {
+    return absl::InvalidArgumentError("limits.max_stream_buffer_bytes must be >= 4096");
+  }
   if (l.max_grpc_message_bytes < 1024) {
     return absl::InvalidArgumentError("limits.max_grpc_message_bytes must be >= 1024");
   }
@@ -159,7 +180,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
   RouterConfig c;
   RETURN_IF_ERROR(CheckKeys(root, "",
                             {"grpc_address", "http_address", "mode", "max_route_attempts",
-                             "http_threads", "models", "workers", "internal_tls",
+                             "http_threads", "http_backlog", "models", "workers", "internal_tls",
                              "allow_insecure_internal", "limits", "auth",
                              "expose_route_workers"}));
   RETURN_IF_ERROR(ReadString(root, "grpc_address", "", &c.grpc_address));
@@ -172,6 +193,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
   RETURN_IF_ERROR(ReadBool(root, "expose_route_workers", "", &c.expose_route_workers));
   RETURN_IF_ERROR(
       internal::ReadBool(root, "allow_insecure_internal", "", &c.allow_insecure_internal));
+  RETURN_IF_ERROR(ReadInt32(root, "http_backlog", "", &c.http_backlog));
 
   if (root && root.IsMap() && root["models"]) {
     YAML::Node models = root["models"];
@@ -217,6 +239,8 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
                               {"max_inflight", "retry_after", "max_prompt_tokens", "max_n",
                                "max_logprobs", "max_stop_strings", "max_stop_string_bytes",
                                "default_max_tokens", "default_timeout", "max_body_bytes",
+                               "max_prompt_bytes", "header_timeout", "body_timeout",
+                               "idle_timeout", "max_connections", "max_stream_buffer_bytes",
                                "max_grpc_message_bytes"}));
     LimitsConfig& x = c.limits;
     RETURN_IF_ERROR(ReadInt32(l, "max_inflight", "limits", &x.max_inflight));
@@ -229,6 +253,13 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
     RETURN_IF_ERROR(ReadInt32(l, "default_max_tokens", "limits", &x.default_max_tokens));
     RETURN_IF_ERROR(ReadDuration(l, "default_timeout", "limits", &x.default_timeout));
     RETURN_IF_ERROR(ReadInt(l, "max_body_bytes", "limits", &x.max_body_bytes));
+    RETURN_IF_ERROR(ReadInt(l, "max_prompt_bytes", "limits", &x.max_prompt_bytes));
+    RETURN_IF_ERROR(ReadDuration(l, "header_timeout", "limits", &x.header_timeout));
+    RETURN_IF_ERROR(ReadDuration(l, "body_timeout", "limits", &x.body_timeout));
+    RETURN_IF_ERROR(ReadDuration(l, "idle_timeout", "limits", &x.idle_timeout));
+    RETURN_IF_ERROR(ReadInt32(l, "max_connections", "limits", &x.max_connections));
+    RETURN_IF_ERROR(
+        ReadInt(l, "max_stream_buffer_bytes", "limits", &x.max_stream_buffer_bytes));
     RETURN_IF_ERROR(
         ReadInt32(l, "max_grpc_message_bytes", "limits", &x.max_grpc_message_bytes));
   }

@@ -9,7 +9,9 @@
 //   http_address: 0.0.0.0:8080      # OpenAI-compatible HTTP; "" = off
 //   mode: auto                      # auto | disaggregated | colocated
 //   max_route_attempts: 2           # tries of one choice before any token went out
-//   http_threads: 0                 # 0 = limits.max_inflight + 8
+//   http_threads: 2                 # HTTP I/O threads (one io_context); 0 = 2
+//   http_backlog: 4096              # listen backlog of the HTTP socket (the
+//                                   # kernel caps it at net.core.somaxconn)
 //   models:                         # required, at least one
 //     - name: stories260K           # id clients send; default: file name stem
 //       path: /models/stories260K.gguf   # required: tokenizer + metadata
@@ -42,7 +44,22 @@
 //     max_stop_string_bytes: 256
 //     default_max_tokens: 256       # when a request gives none (capped by context)
 //     default_timeout: 600s         # request deadline when the client sets none
-//     max_body_bytes: 8388608
+//     max_body_bytes: 8388608       # HTTP request body, any transfer encoding:
+//                                   # more -> 413 before it is read
+//     max_prompt_bytes: 0           # prompt text / chat message bytes, checked
+//                                   # before tokenizing (both fronts; more ->
+//                                   # 400); 0 = 16 x the model's context length,
+//                                   # at least 65536
+//     header_timeout: 10s           # HTTP: the whole request header must arrive
+//                                   # within this from its first byte
+//     body_timeout: 30s             # HTTP: the body within this after the header;
+//                                   # also bounds one write to a client
+//     idle_timeout: 60s             # HTTP keep-alive: close after this long with
+//                                   # no new request
+//     max_connections: 2048         # HTTP connections at once; more are answered
+//                                   # 503 and closed
+//     max_stream_buffer_bytes: 1048576  # SSE bytes queued for a slow reader;
+//                                       # more cancels the request and closes
 //     max_grpc_message_bytes: 4194304  # gRPC front, both ways; a Tokenize reply
 //                                      # over it is RESOURCE_EXHAUSTED
 //   auth:                           # API keys on both public fronts (router/auth.h);
@@ -104,6 +121,12 @@ struct LimitsConfig {
   int32_t default_max_tokens = 256;
   absl::Duration default_timeout = absl::Seconds(600);
   int64_t max_body_bytes = 8 << 20;
+  int64_t max_prompt_bytes = 0;       // 0 = max(16 * context length, 64 KiB)
+  absl::Duration header_timeout = absl::Seconds(10);
+  absl::Duration body_timeout = absl::Seconds(30);
+  absl::Duration idle_timeout = absl::Seconds(60);
+  int32_t max_connections = 2048;
+  int64_t max_stream_buffer_bytes = 1 << 20;
   // The gRPC front's largest message received and sent (gRPC's 4 MiB default,
   // set explicitly). Tokenize answers RESOURCE_EXHAUSTED naming this limit
   // rather than send a reply a default client cannot receive.
@@ -123,7 +146,8 @@ struct RouterConfig {
   std::string http_address = "0.0.0.0:8080";
   RoutingMode mode = RoutingMode::kAuto;
   int32_t max_route_attempts = 2;
-  int32_t http_threads = 0;
+  int32_t http_threads = 2;          // 0 = 2
+  int32_t http_backlog = 4096;
   std::vector<ServedModelConfig> models;
   DiscoveryConfig discovery;
   // Internal mutual TLS for the channels to workers; off when no file is set.

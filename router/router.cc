@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/logging.h"
+#include "router/api_error.h"
 #include "router/internal/choice_call.h"
 #include "router/internal/request_run.h"
 
@@ -36,8 +37,53 @@ Router::Router(RouterConfig config, ModelCatalog catalog, SnapshotSource snapsho
 
 Router::~Router() { Shutdown(absl::ZeroDuration()); }
 
+int64_t MaxPromptBytes(const LimitsConfig& limits, const ServedModel& model) {
+  if (limits.max_prompt_bytes > 0) {
+    return limits.max_prompt_bytes;
+  }
+  return std::max<int64_t>(int64_t{16} * model.context_length(), 64 << 10);
+}
+
+namespace {
+
+absl::Status CheckPromptBytes(const GenerationRequest& request, const ModelCatalog& catalog,
+                              const LimitsConfig& limits) {
+  absl::StatusOr<const ServedModel*> model = catalog.Find(request.model);
+  if (!model.ok()) {
+    return absl::OkStatus();  // PrepareRequest names the unknown model
+  }
+  int64_t bytes = 0;
+  const char* param = "prompt";
+  if (request.prompt_text.has_value()) {
+    bytes = static_cast<int64_t>(request.prompt_text->size());
+  } else if (request.messages.has_value()) {
+    param = "messages";
+    for (const ChatMessage& m : *request.messages) {
+      bytes += static_cast<int64_t>(m.role.size() + m.content.size());
+    }
+  }
+  const int64_t max = MaxPromptBytes(limits, **model);
+  if (bytes <= max) {
+    return absl::OkStatus();
+  }
+  return InvalidParam(
+      param,
+      absl::StrCat(request.messages.has_value() ? "the messages are " : "the prompt is ", bytes,
+                   " bytes; this router accepts at most ", max,
+                   " bytes of prompt text (limits.max_prompt_bytes",
+                   limits.max_prompt_bytes > 0 ? "" : ", 16 x the context length", ")"),
+      "context_length_exceeded");
+}
+
+}  // namespace
+
 absl::StatusOr<PreparedRequest> Router::Prepare(const GenerationRequest& request,
                                                 absl::Time client_deadline) const {
+  // Before tokenizing: a prompt far over the context costs tokenizer time and
+  // memory (a 32 MB prompt is 33 M tokens) only to be refused.
+  if (absl::Status s = CheckPromptBytes(request, catalog_, config_.limits); !s.ok()) {
+    return s;
+  }
   absl::StatusOr<PreparedRequest> p = PrepareRequest(request, catalog_, config_.limits);
   if (!p.ok()) {
     return p;

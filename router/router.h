@@ -49,6 +49,10 @@ class ChoiceCall;
 // Where the router reads worker state from (the WorkerWatcher in production).
 using SnapshotSource = std::function<std::shared_ptr<const RegistrySnapshot>()>;
 
+// limits.max_prompt_bytes, or when 0 max(16 x the context length, 64 KiB):
+// generous (a token is ~4 bytes of text) yet cheap to check before tokenizing.
+int64_t MaxPromptBytes(const LimitsConfig& limits, const ServedModel& model);
+
 class Router {
  public:
   Router(RouterConfig config, ModelCatalog catalog, SnapshotSource snapshots,
@@ -58,7 +62,9 @@ class Router {
   Router& operator=(const Router&) = delete;
 
   // Validates and tokenizes (see PrepareRequest); the deadline is
-  // `client_deadline` capped by limits.default_timeout from now.
+  // `client_deadline` capped by limits.default_timeout from now. A prompt
+  // text (or chat messages) over MaxPromptBytes is refused InvalidArgument
+  // naming limits.max_prompt_bytes before it is tokenized.
   absl::StatusOr<PreparedRequest> Prepare(const GenerationRequest& request,
                                           absl::Time client_deadline) const;
 

@@ -107,6 +107,64 @@ TEST(RouterConfigTest, Defaults) {
   EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("models")));
 }
 
+TEST(RouterConfigTest, HttpFrontLimits) {
+  RouterConfig d;
+  EXPECT_EQ(d.http_threads, 2);
+  EXPECT_EQ(d.http_backlog, 4096);
+  EXPECT_EQ(d.limits.max_prompt_bytes, 0);
+  EXPECT_EQ(d.limits.header_timeout, absl::Seconds(10));
+  EXPECT_EQ(d.limits.body_timeout, absl::Seconds(30));
+  EXPECT_EQ(d.limits.idle_timeout, absl::Seconds(60));
+  EXPECT_EQ(d.limits.max_connections, 2048);
+  EXPECT_EQ(d.limits.max_stream_buffer_bytes, 1 << 20);
+  absl::StatusOr<RouterConfig> c = ParseRouterConfigYaml(R"(
+http_threads: 3
+http_backlog: 128
+models: [ {path: a.gguf} ]
+limits:
+  max_body_bytes: 1048576
+  max_prompt_bytes: 65536
+  header_timeout: 2s
+  body_timeout: 5s
+  idle_timeout: 15s
+  max_connections: 100
+  max_stream_buffer_bytes: 65536
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->http_threads, 3);
+  EXPECT_EQ(c->http_backlog, 128);
+  EXPECT_EQ(c->limits.max_prompt_bytes, 65536);
+  EXPECT_EQ(c->limits.header_timeout, absl::Seconds(2));
+  EXPECT_EQ(c->limits.body_timeout, absl::Seconds(5));
+  EXPECT_EQ(c->limits.idle_timeout, absl::Seconds(15));
+  EXPECT_EQ(c->limits.max_connections, 100);
+  EXPECT_EQ(c->limits.max_stream_buffer_bytes, 65536);
+  EXPECT_TRUE(c->Validate().ok()) << c->Validate();
+  struct Bad {
+    void (*set)(RouterConfig&);
+    const char* key;
+  };
+  const Bad bad[] = {
+      {[](RouterConfig& r) { r.http_backlog = 0; }, "http_backlog"},
+      {[](RouterConfig& r) { r.limits.max_prompt_bytes = -1; }, "limits.max_prompt_bytes"},
+      {[](RouterConfig& r) { r.limits.header_timeout = absl::ZeroDuration(); },
+       "limits.header_timeout"},
+      {[](RouterConfig& r) { r.limits.body_timeout = -absl::Seconds(1); }, "limits.body_timeout"},
+      {[](RouterConfig& r) { r.limits.idle_timeout = absl::ZeroDuration(); },
+       "limits.idle_timeout"},
+      {[](RouterConfig& r) { r.limits.max_connections = 0; }, "limits.max_connections"},
+      {[](RouterConfig& r) { r.limits.max_stream_buffer_bytes = 10; },
+       "limits.max_stream_buffer_bytes"},
+  };
+  for (const Bad& b : bad) {
+    RouterConfig r = *c;
+    b.set(r);
+    EXPECT_THAT(r.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(b.key)));
+  }
+  EXPECT_THAT(ParseRouterConfigYaml("limits: {header_timeout: soon}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("limits.header_timeout")));
+}
+
 TEST(RouterConfigTest, ErrorsNameTheKey) {
   EXPECT_THAT(ParseRouterConfigYaml("limits: {max_n: lots}"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("limits.max_n")));

@@ -30,13 +30,12 @@ CC=clang CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DTANDEM_FUZZ=ON \
 cmake --build "$BUILD" -j "${JOBS:-2}" --target "${fuzzers[@]}"
 
 work="$PWD/$BUILD/fuzz-run"
-rm -rf "$work"
-mkdir -p "$work"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 status=0
 summary=()
 for f in "${fuzzers[@]}"; do
   corpus="$work/$f/corpus"
+  rm -rf "${work:?}/$f"
   mkdir -p "$corpus" "$work/$f/artifacts"
   cp tests/fuzz/corpus/"$f"/* "$corpus"/
   args=(-max_total_time="$seconds" -rss_limit_mb=4096 -timeout=30 -print_final_stats=1
@@ -50,7 +49,8 @@ for f in "${fuzzers[@]}"; do
   "$BUILD/bin/$f" "${args[@]}" "$corpus" >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   size=$(find "$corpus" -type f | wc -l)
-  summary+=("$f: ${execs:-?} executions, corpus $size files ($(du -sh "$corpus" | cut -f1))")
+  bytes=$(du -sb "$corpus" | cut -f1)
+  summary+=("$f: ${execs:-?} executions, corpus $size files, $bytes bytes")
   if [ "$rc" -ne 0 ] || compgen -G "$work/$f/artifacts/*" >/dev/null; then
     echo "check_fuzz: $f FAILED (exit $rc); its log ends:" >&2
     tail -60 "$log" >&2

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/engine/format/gguf.h"
 #include "tandem/v1/worker.pb.h"
 
@@ -80,7 +81,16 @@ void GgufSeeds(const std::string& dir) {
   Write(dir + "/tiny_llama.gguf", tiny);
   // Cut inside the tensor infos, and inside the data section.
   Write(dir + "/truncated_infos.gguf", tiny.substr(0, tiny.size() / 2));
-  Write(dir + "/truncated_data.gguf", tiny.substr(0, tiny.size() - 9));
+  // The file is padded to the alignment: cut inside the first row of the last tensor.
+  const auto parsed = engine::GgufFile::FromBuffer(
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(tiny.data()), tiny.size()));
+  if (!parsed.ok() || (*parsed)->tensors().empty()) {
+    std::fprintf(stderr, "the tiny model does not parse back\n");
+    std::exit(1);
+  }
+  const engine::GgufTensorInfo& last = (*parsed)->tensors().back();
+  const size_t last_begin = (*parsed)->data_offset() + last.offset;
+  Write(dir + "/truncated_data.gguf", tiny.substr(0, last_begin + 2));
   std::string bad_magic = tiny;
   bad_magic[0] = 'X';
   Write(dir + "/bad_magic.gguf", bad_magic);

@@ -7,7 +7,10 @@
 #   3. builds the whole tree with clang -Wthread-safety -Werror=thread-safety
 #      (scripts/check_thread_safety.sh);
 #   4. builds and runs the tests labelled tsan under ThreadSanitizer
-#      (scripts/check_tsan.sh).
+#      (scripts/check_tsan.sh);
+#   5. builds the libFuzzer harnesses (clang, ASan + UBSan) and runs each for
+#      60 s from its committed seed corpus (scripts/check_fuzz.sh 60;
+#      docs/fuzzing.md).
 #
 # Needs ../shared (models and traces) next to the repository.
 set -euo pipefail
@@ -40,3 +43,4 @@ ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j2 
 
 scripts/check_thread_safety.sh
 scripts/check_tsan.sh
+scripts/check_fuzz.sh 60

@@ -11,17 +11,28 @@
 
 namespace tandem::prefill_worker {
 
-tandem::v1::Decode::Stub* CommitClient::StubFor(const std::string& address) {
+std::shared_ptr<tandem::v1::Decode::Stub> CommitClient::StubFor(const std::string& address) {
   absl::MutexLock lock(&mu_);
-  auto& stub = stubs_[address];
-  if (stub == nullptr) {
-    // `address` was checked to be host:port; TLS verifies its certificate.
-    stub = tandem::v1::Decode::NewStub(grpc::CreateChannel(address, credentials_));
+  if (auto it = stubs_.find(address); it != stubs_.end()) {
+    return it->second;
   }
-  return stub.get();
+  if (stubs_.size() >= kMaxChannels) {
+    stubs_.erase(stubs_.begin());  // calls in flight hold their own reference
+  }
+  // `address` was checked to be host:port; TLS verifies its certificate.
+  std::shared_ptr<tandem::v1::Decode::Stub> stub =
+      tandem::v1::Decode::NewStub(grpc::CreateChannel(address, credentials_));
+  stubs_[address] = stub;
+  return stub;
+}
+
+size_t CommitClient::cached_channels() const {
+  absl::MutexLock lock(&mu_);
+  return stubs_.size();
 }
 
 struct CommitClient::Call {
+  std::shared_ptr<tandem::v1::Decode::Stub> stub;  // alive until the call is done
   grpc::ClientContext context;
   tandem::v1::CommitRequest request;
   tandem::v1::CommitResponse response;
@@ -73,8 +84,8 @@ void CommitClient::Commit(CommitArgs args, absl::AnyInvocable<void(absl::Status)
     in_flight_.insert(call);
   }
   call->done = std::move(done);
-  StubFor(args.decode_worker)
-      ->async()
+  call->stub = StubFor(args.decode_worker);
+  call->stub->async()
       ->Commit(&call->context, &call->request, &call->response, [this, call](grpc::Status s) {
         std::move(call->done)(proto::FromGrpcStatus(s));
         absl::MutexLock lock(&mu_);

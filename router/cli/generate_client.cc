@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "proto/grpc_status.h"
 #include "tandem/v1/generation.grpc.pb.h"
@@ -68,11 +69,15 @@ std::string SummaryLine(const tandem::v1::GenerateResponse& last) {
     default:
       break;
   }
-  std::string route = last.route().colocated()
-                          ? absl::StrFormat("colocated decode=%s", last.route().decode_worker())
-                          : absl::StrFormat("disaggregated prefill=%s decode=%s",
-                                            last.route().prefill_worker(),
-                                            last.route().decode_worker());
+  // The workers are named only when the router exposes them
+  // (expose_route_workers).
+  std::string route = last.route().colocated() ? "colocated" : "disaggregated";
+  if (!last.route().prefill_worker().empty()) {
+    absl::StrAppend(&route, " prefill=", last.route().prefill_worker());
+  }
+  if (!last.route().decode_worker().empty()) {
+    absl::StrAppend(&route, " decode=", last.route().decode_worker());
+  }
   return absl::StrFormat(
       "finish=%s prompt_tokens=%d completion_tokens=%d ttft=%.3fs total=%.3fs route=%s", finish,
       last.usage().prompt_tokens(), last.usage().completion_tokens(),

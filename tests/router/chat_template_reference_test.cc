@@ -87,10 +87,10 @@ INSTANTIATE_TEST_SUITE_P(RealModels, ModelTemplateTest,
                          });
 
 TEST(ChatmlExtrasTest, DefaultSystemPrompts) {
-  EXPECT_EQ(ReadChatmlExtras((*FindModel("SmolLM2-135M-Instruct"))["chat_template"]
-                                 .get<std::string>())
-                .default_system,
-            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  EXPECT_EQ(
+      ReadChatmlExtras((*FindModel("SmolLM2-135M-Instruct"))["chat_template"].get<std::string>())
+          .default_system,
+      "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   ChatTemplateExtras qwen = ReadChatmlExtras(
       (*FindModel("Qwen2.5-Coder-0.5B-Instruct"))["chat_template"].get<std::string>());
   EXPECT_EQ(qwen.default_system,
@@ -115,7 +115,8 @@ TEST(ChatmlExtrasTest, DefaultSystemPrompts) {
   // An override naming the family renders plain chatml.
   absl::StatusOr<ChatTemplate> named = ChatTemplate::Resolve("chatml", "", nullptr);
   ASSERT_TRUE(named.ok());
-  EXPECT_EQ(*named->Render({{"user", "Hi"}}), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(*named->Render({{"user", "Hi"}}),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
 }  // namespace

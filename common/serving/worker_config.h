@@ -7,7 +7,7 @@
 //   # every key, with its default
 //   worker_id: ""                 # "" -> "<role>@<advertise address>"
 //   role: decode                  # decode | colocated (tandem-decode); prefill (tandem-prefill)
-//   model: ""                     # GGUF path, required
+//   model: ""                     # GGUF path or model name (docs/models.md), required
 //   listen: "127.0.0.1:50051"     # gRPC listen address; port 0 picks a free port
 //   advertise: ""                 # address peers dial (Decode.Commit); "" -> listen host
 //                                 #   (hostname for 0.0.0.0) with the bound port

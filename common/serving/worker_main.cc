@@ -6,13 +6,15 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "common/base/flags.h"
+#include "common/engine/model_store.h"
 
 ABSL_FLAG(std::string, config, "", "YAML config file; flags given on the command line override it");
 // One flag per WorkerConfig key; "" (unset) keeps the file's or the default value.
 // role and max_running: in each binary's main.cc; reservation_deadline: only in
 // tandem-decode's (the prefill worker has no use for it).
 ABSL_FLAG(std::string, worker_id, "", "worker id (default <role>@<address>)");
-ABSL_FLAG(std::string, model, "", "GGUF model path (required)");
+ABSL_FLAG(std::string, model, "",
+          "GGUF model path or model name, e.g. smollm2-135m-instruct (required)");
 ABSL_FLAG(std::string, listen, "", "gRPC listen address (default 127.0.0.1:50051; port 0: any)");
 ABSL_FLAG(std::string, advertise, "", "address peers dial (default: listen host, bound port)");
 ABSL_FLAG(std::string, metrics_port, "", "Prometheus /metrics port (default 9090; 0 any, -1 off)");
@@ -65,6 +67,12 @@ std::optional<WorkerConfig> WorkerConfigFromFlags(WorkerRole default_role) {
     LOG(ERROR) << s;
     return std::nullopt;
   }
+  absl::StatusOr<std::string> model = engine::ResolveModelPath(config.model);
+  if (!model.ok()) {
+    LOG(ERROR) << model.status();
+    return std::nullopt;
+  }
+  config.model = *std::move(model);
   return config;
 }
 

@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/types/span.h"
 #include "common/base/status_macros.h"
+#include "common/engine/model_store.h"
 #include "nlohmann/json.hpp"
 #include "router/cli/health_client.h"
 #include "router/internal/yaml_util.h"
@@ -192,7 +193,9 @@ absl::StatusOr<ClusterSpec> ParseClusterYaml(absl::string_view yaml, absl::strin
     RETURN_IF_ERROR(internal::ReadDuration(r, "max_backoff", "restart", &spec.restart.max_backoff));
     RETURN_IF_ERROR(internal::ReadDuration(r, "reset_after", "restart", &spec.restart.reset_after));
   }
-  spec.model = Resolve(spec.model, base_dir);
+  if (engine::FindKnownModel(spec.model) == nullptr) {  // a model name stays a name
+    spec.model = Resolve(spec.model, base_dir);
+  }
   spec.bin_dir = Resolve(spec.bin_dir, base_dir);
   spec.log_dir = Resolve(spec.log_dir, base_dir);
   if (root && root.IsMap() && root["router"]) {
@@ -330,8 +333,10 @@ absl::Status Cluster::Start(std::ostream& log) {
 
 absl::Status Cluster::StartProcesses(std::ostream& log) {
   RETURN_IF_ERROR(spec_.Validate());
-  if (!fs::exists(spec_.model)) {
-    return absl::NotFoundError(absl::StrCat("model ", spec_.model, " does not exist"));
+  // A model name (smollm2-135m-instruct) is its file in the model cache.
+  ASSIGN_OR_RETURN(const std::string model_path, engine::ResolveModelPath(spec_.model));
+  if (!fs::exists(model_path)) {
+    return absl::NotFoundError(absl::StrCat("model ", model_path, " does not exist"));
   }
   const std::string bin_dir = spec_.bin_dir.empty() ? ExeDir() : spec_.bin_dir;
   std::string run_dir = spec_.log_dir;
@@ -345,7 +350,7 @@ absl::Status Cluster::StartProcesses(std::ostream& log) {
     std::error_code ec;
     fs::create_directories(run_dir, ec);
   }
-  const std::string model = fs::absolute(spec_.model).lexically_normal().string();
+  const std::string model = fs::absolute(model_path).lexically_normal().string();
   RETURN_IF_ERROR(SetUpInternalTls(run_dir, log));
 
   // Every process listens on port 0 (unless the spec fixes the router's) and
@@ -426,6 +431,9 @@ absl::Status Cluster::StartProcesses(std::ostream& log) {
   if (!rc["models"]) {
     YAML::Node m;
     m["path"] = model;
+    if (engine::FindKnownModel(spec_.model) != nullptr) {
+      m["name"] = spec_.model;  // clients ask for the model by the name the spec gave
+    }
     rc["models"].push_back(m);
   }
   for (const std::string& a : worker_addresses) {

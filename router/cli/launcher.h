@@ -12,7 +12,8 @@
 //
 // Cluster YAML (paths relative to the file):
 //
-//   model: ../../../shared/models/stories260K/stories260K.gguf   # required
+//   model: ../../../shared/models/stories260K/stories260K.gguf   # required: a GGUF path, or a
+//                                                                #   model name (docs/models.md)
 //   host: 127.0.0.1                 # where everything listens
 //   bin_dir: ""                     # tandem-router / -prefill / -decode; "" = next to `tandem`
 //   log_dir: ""                     # per-process logs; "" = a fresh temp dir
@@ -79,7 +80,7 @@ struct RestartPolicy {
 enum class InternalTls { kDev, kFiles, kOff };
 
 struct ClusterSpec {
-  std::string model;            // absolute or relative to the working directory
+  std::string model;            // a model name, or a path (absolute or relative to the cwd)
   std::string host = "127.0.0.1";
   InternalTls internal_tls = InternalTls::kDev;
   proto::TlsFiles tls_files;    // kFiles: as given; kDev: filled in by Start()

@@ -17,8 +17,9 @@ source: this file holds no list of commands, only how to fill placeholders.
   none did). Listen addresses (flags ending in `address`, `--listen`) get
   port 0, so runs never collide. A placeholder it cannot fill, or a file it
   names that does not exist, skips that command with the reason printed.
-- Scripts that install, build or run the suite (`scripts/setup.sh`,
-  `scripts/test.sh`, `scripts/demo.sh`) are skipped with the reason printed.
+- Scripts that install, download, build or run the suite (`scripts/setup.sh`,
+  `scripts/fetch_models.sh`, `scripts/test.sh`, `scripts/demo.sh`) are skipped
+  with the reason printed.
 - Each command gets a few seconds. One still running then (a server, or a
   big model written) has started and parsed its flags: it passes and is
   stopped; one that prints READY or "cluster ready" is a started server.
@@ -42,6 +43,7 @@ SKIP_SCRIPTS = {
     "scripts/setup.sh": "installs packages and rebuilds build/",
     "scripts/test.sh": "runs the whole suite, this test included",
     "scripts/demo.sh": "installs, rebuilds build/ and runs a cluster demo",
+    "scripts/fetch_models.sh": "downloads models from PyPI (tests/scripts/fetch_models_test.sh tests it offline)",
 }
 
 # Values for placeholder words of synopsis lines.

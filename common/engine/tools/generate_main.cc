@@ -21,8 +21,10 @@
 #include "common/engine/generation.h"
 #include "common/engine/kernels/kernels.h"
 #include "common/engine/model.h"
+#include "common/engine/model_store.h"
 
-ABSL_FLAG(std::string, model, "", "GGUF model file (required)");
+ABSL_FLAG(std::string, model, "",
+          "GGUF model file, or a model name such as smollm2-135m-instruct (docs/models.md)");
 ABSL_FLAG(std::string, prompt, "", "prompt text (tokenized with the model's tokenizer, BOS added)");
 ABSL_FLAG(std::string, prompt_ids, "", "comma-separated prompt token ids (used as given)");
 ABSL_FLAG(int32_t, n, 64, "maximum tokens to generate");
@@ -58,10 +60,12 @@ int main(int argc, char** argv) {
       argc, argv,
       "tandem-generate --model FILE (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [flags]");
   using tandem::engine::GgmlType;
-  const std::string path = absl::GetFlag(FLAGS_model);
-  if (path.empty()) {
+  if (absl::GetFlag(FLAGS_model).empty()) {
     return Fail(absl::InvalidArgumentError("--model is required"));
   }
+  const absl::StatusOr<std::string> path =
+      tandem::engine::ResolveModelPath(absl::GetFlag(FLAGS_model));
+  if (!path.ok()) return Fail(path.status());
   const std::string isa = absl::GetFlag(FLAGS_isa);
   if (!isa.empty()) {
     if (isa == "scalar") tandem::engine::SetActiveIsa(tandem::engine::Isa::kScalar);
@@ -70,7 +74,7 @@ int main(int argc, char** argv) {
     else if (isa == "avx512vnni") tandem::engine::SetActiveIsa(tandem::engine::Isa::kAvx512Vnni);
     else return Fail(absl::InvalidArgumentError(absl::StrCat("unknown --isa ", isa)));
   }
-  auto model_or = tandem::engine::Model::Load(path);
+  auto model_or = tandem::engine::Model::Load(*path);
   if (!model_or.ok()) return Fail(model_or.status());
   const tandem::engine::Model& model = **model_or;
 

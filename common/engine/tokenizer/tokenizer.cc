@@ -38,6 +38,12 @@ constexpr char kKeyEos[] = "tokenizer.ggml.eos_token_id";
 constexpr char kKeyUnk[] = "tokenizer.ggml.unknown_token_id";
 constexpr char kKeyEot[] = "tokenizer.ggml.eot_token_id";
 constexpr char kKeyEom[] = "tokenizer.ggml.eom_token_id";
+constexpr char kKeyFimPre[] = "tokenizer.ggml.fim_pre_token_id";
+constexpr char kKeyFimSuf[] = "tokenizer.ggml.fim_suf_token_id";
+constexpr char kKeyFimMid[] = "tokenizer.ggml.fim_mid_token_id";
+constexpr char kKeyFimPad[] = "tokenizer.ggml.fim_pad_token_id";
+constexpr char kKeyFimRep[] = "tokenizer.ggml.fim_rep_token_id";
+constexpr char kKeyFimSep[] = "tokenizer.ggml.fim_sep_token_id";
 constexpr char kKeyAddBos[] = "tokenizer.ggml.add_bos_token";
 constexpr char kKeyAddSpacePrefix[] = "tokenizer.ggml.add_space_prefix";
 
@@ -683,6 +689,12 @@ absl::StatusOr<VocabSpec> VocabSpecFromMetadata(const std::map<std::string, Gguf
   ASSIGN_OR_RETURN(spec.unk_id, OptionalInt(md, kKeyUnk));
   ASSIGN_OR_RETURN(spec.eot_id, OptionalInt(md, kKeyEot));
   ASSIGN_OR_RETURN(spec.eom_id, OptionalInt(md, kKeyEom));
+  ASSIGN_OR_RETURN(spec.fim_pre_id, OptionalInt(md, kKeyFimPre));
+  ASSIGN_OR_RETURN(spec.fim_suf_id, OptionalInt(md, kKeyFimSuf));
+  ASSIGN_OR_RETURN(spec.fim_mid_id, OptionalInt(md, kKeyFimMid));
+  ASSIGN_OR_RETURN(spec.fim_pad_id, OptionalInt(md, kKeyFimPad));
+  ASSIGN_OR_RETURN(spec.fim_rep_id, OptionalInt(md, kKeyFimRep));
+  ASSIGN_OR_RETURN(spec.fim_sep_id, OptionalInt(md, kKeyFimSep));
   ASSIGN_OR_RETURN(spec.add_bos, OptionalBool(md, kKeyAddBos));
   ASSIGN_OR_RETURN(spec.add_space_prefix, OptionalBool(md, kKeyAddSpacePrefix));
   return spec;
@@ -772,6 +784,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(VocabSpec spec) {
   tok->unk_id_ = resolve(spm ? 0 : -1, spec.unk_id);
   TokenId eot_id = resolve(-1, spec.eot_id);
   TokenId eom_id = resolve(-1, spec.eom_id);
+  FimIds& fim = tok->fim_ids_;
+  fim.prefix = resolve(-1, spec.fim_pre_id);
+  fim.suffix = resolve(-1, spec.fim_suf_id);
+  fim.middle = resolve(-1, spec.fim_mid_id);
+  fim.pad = resolve(-1, spec.fim_pad_id);
+  fim.repo = resolve(-1, spec.fim_rep_id);
+  fim.file_sep = resolve(-1, spec.fim_sep_id);
 
   tok->add_bos_ = spec.add_bos.value_or(spm ? true : bpe_tok->pre_.add_bos);
   if (tok->add_bos_ && tok->bos_id_ < 0) {
@@ -781,23 +800,52 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(VocabSpec spec) {
   // Only SPM adds (and Decode strips) the prefix space.
   tok->add_space_prefix_ = spm && spec.add_space_prefix.value_or(true);
 
-  // End of generation, found by token text as llama.cpp does; such tokens
-  // are forced to control type so they never print and only parse as special.
+  // EOT, EOM and FIM tokens the metadata does not name, found by token text as
+  // llama.cpp does. Unlike llama.cpp, which takes whichever match its hash map
+  // yields first, the first text of the list wins ("<|im_end|>" over
+  // "<|endoftext|>"). Such tokens are forced to control type so they
+  // never print and only parse as special.
   auto force_control = [&](TokenId id) { tok->types_[id] = TokenType::kControl; };
-  for (TokenId id = 0; id < vocab; ++id) {
-    const std::string& text = tok->tokens_[id];
-    if (eot_id < 0 && IsOneOf(text, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                     "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
-                                     "<\xEF\xBD\x9C"
-                                     "end\xE2\x96\x81of\xE2\x96\x81sentence"
-                                     "\xEF\xBD\x9C>",
-                                     "<end_of_utterance>"})) {
-      eot_id = id;
-      force_control(id);
+  const std::pair<TokenId*, std::vector<absl::string_view>> by_text[] = {
+      {&eot_id,
+       {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+        "<|end_of_text|>", "<EOT>", "_<EOT>",
+        "<\xEF\xBD\x9C"
+        "end\xE2\x96\x81of\xE2\x96\x81sentence"
+        "\xEF\xBD\x9C>",
+        "<end_of_utterance>"}},
+      {&eom_id, {"<|eom_id|>"}},
+      {&fim.prefix,
+       {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+        "<\xEF\xBD\x9C"
+        "fim\xE2\x96\x81"
+        "begin\xEF\xBD\x9C>",
+        "<PRE>", "\xE2\x96\x81<PRE>", "<|code_prefix|>"}},
+      {&fim.suffix,
+       {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+        "<\xEF\xBD\x9C"
+        "fim\xE2\x96\x81hole\xEF\xBD\x9C>",
+        "<SUF>", "\xE2\x96\x81<SUF>", "<|code_suffix|>"}},
+      {&fim.middle,
+       {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+        "<\xEF\xBD\x9C"
+        "fim\xE2\x96\x81"
+        "end\xEF\xBD\x9C>",
+        "<MID>", "\xE2\x96\x81<MID>", "<|code_middle|>"}},
+      {&fim.pad, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"}},
+      {&fim.repo, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+      {&fim.file_sep, {"<|file_sep|>"}},
+  };
+  for (const auto& [id, texts] : by_text) {
+    if (*id >= 0) {
+      continue;
     }
-    if (eom_id < 0 && text == "<|eom_id|>") {
-      eom_id = id;
-      force_control(id);
+    for (absl::string_view text : texts) {
+      if (const TokenId t = tok->Lookup(text); t >= 0) {
+        *id = t;
+        force_control(t);
+        break;
+      }
     }
   }
   std::vector<TokenId> eog;
@@ -809,7 +857,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(VocabSpec spec) {
       force_control(id);
     }
   }
-  for (TokenId id : {tok->eos_id_, eot_id, eom_id}) {
+  // As llama.cpp, FIM pad / repo / file-separator end generation too.
+  for (TokenId id : {tok->eos_id_, eot_id, eom_id, fim.pad, fim.repo, fim.file_sep}) {
     if (id >= 0) {
       eog.push_back(id);
     }
@@ -817,6 +866,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(VocabSpec spec) {
   std::sort(eog.begin(), eog.end());
   eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
   tok->eog_ids_ = std::move(eog);
+  tok->eot_id_ = eot_id;
 
   tok->Finish();
   if (spm_tok != nullptr) {

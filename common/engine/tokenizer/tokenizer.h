@@ -29,6 +29,19 @@ enum class TokenType : int32_t {
   kByte = 6,
 };
 
+// Fill-in-the-middle tokens (-1 when the vocab has none): from the
+// tokenizer.ggml.fim_*_token_id keys, else found by text as llama.cpp does
+// ("<|fim_prefix|>", "<fim-prefix>", "<PRE>", ...; "<|repo_name|>" and
+// "<reponame>" are the repo token).
+struct FimIds {
+  TokenId prefix = -1;
+  TokenId suffix = -1;
+  TokenId middle = -1;
+  TokenId pad = -1;
+  TokenId repo = -1;
+  TokenId file_sep = -1;
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -55,7 +68,10 @@ class Tokenizer {
   TokenType token_type(TokenId id) const { return types_[id]; }
   TokenId bos_id() const { return bos_id_; }   // -1 when none
   TokenId eos_id() const { return eos_id_; }   // -1 when none
-  // End-of-generation ids: eos plus eot / eom / im_end style tokens the vocab defines.
+  TokenId eot_id() const { return eot_id_; }   // -1 when none
+  const FimIds& fim_ids() const { return fim_ids_; }
+  // End-of-generation ids: eos plus eot / eom / im_end style tokens the vocab
+  // defines, and (as llama.cpp) the FIM pad, repo and file-separator tokens.
   const std::vector<TokenId>& eog_ids() const { return eog_ids_; }
   bool add_bos() const { return add_bos_; }
   bool IsEog(TokenId id) const;
@@ -65,6 +81,8 @@ class Tokenizer {
   std::vector<TokenType> types_;
   TokenId bos_id_ = -1;
   TokenId eos_id_ = -1;
+  TokenId eot_id_ = -1;
+  FimIds fim_ids_;
   std::vector<TokenId> eog_ids_;
   bool add_bos_ = false;
 };

@@ -51,6 +51,7 @@ The script also checks that HF decodes every "plain" id list back to its text.
 """
 
 import argparse
+import importlib.metadata
 import json
 import os
 import sys
@@ -187,8 +188,8 @@ def main():
     cases = load_cases(args.shared)
     out = {
         "generator": "tests/reference/gen_tokenizer_vectors.py",
-        "versions": {"tokenizers": tokenizers.__version__, "transformers": transformers.__version__,
-                     "gguf": gguf.__version__ if hasattr(gguf, "__version__") else "?"},
+        "versions": {name: importlib.metadata.version(name)
+                     for name in ("tokenizers", "transformers", "gguf")},
         "sharegpt": SHAREGPT,
         "models": MODELS,
         "cases": [],

@@ -27,6 +27,8 @@ namespace {
 constexpr char kEscapedSpace[] = "\xE2\x96\x81";     // U+2581, SentencePiece's space
 constexpr char kReplacementChar[] = "\xEF\xBF\xBD";  // U+FFFD
 
+constexpr char kKeyArchitecture[] = "general.architecture";
+constexpr char kKeyName[] = "general.name";
 constexpr char kKeyModel[] = "tokenizer.ggml.model";
 constexpr char kKeyPre[] = "tokenizer.ggml.pre";
 constexpr char kKeyTokens[] = "tokenizer.ggml.tokens";
@@ -194,6 +196,10 @@ const std::vector<PreTokenizerEntry>& PreTokenizerTable() {
 
 // --- the tokenizers ---------------------------------------------------------------
 
+// Per-token strip attributes (llama.cpp's LLAMA_TOKEN_ATTR_LSTRIP / RSTRIP).
+constexpr uint8_t kLstrip = 1;
+constexpr uint8_t kRstrip = 2;
+
 struct Fragment {
   TokenId token;  // -1: raw text [offset, offset + length)
   size_t offset;
@@ -311,7 +317,8 @@ class VocabTokenizer : public Tokenizer {
   // Splits `text` around special tokens (llama.cpp's tokenizer_st_partition):
   // for each special token, longest first, every occurrence in the raw
   // fragments becomes a token fragment. Control and unknown tokens only when
-  // `parse_special`; user-defined ones always.
+  // `parse_special`; user-defined ones always. A token with lstrip / rstrip
+  // drops the whitespace (C isspace) of the raw text just before / after it.
   std::vector<Fragment> Partition(absl::string_view text, bool parse_special) const {
     std::vector<Fragment> fragments = {{-1, 0, text.size()}};
     std::vector<Fragment> next;
@@ -337,11 +344,22 @@ class VocabTokenizer : public Tokenizer {
           if (match == absl::string_view::npos) {
             break;
           }
-          if (match > pos) {
-            next.push_back({-1, pos, match - pos});
+          size_t left_end = match;
+          if (strip_[id] & kLstrip) {
+            while (left_end > pos && IsCSpace(text[left_end - 1])) {
+              --left_end;
+            }
+          }
+          if (left_end > pos) {
+            next.push_back({-1, pos, left_end - pos});
           }
           next.push_back({id, match, special.size()});
           pos = match + special.size();
+          if (strip_[id] & kRstrip) {
+            while (pos < f.offset + f.length && IsCSpace(text[pos])) {
+              ++pos;
+            }
+          }
         }
         if (pos < f.offset + f.length) {
           next.push_back({-1, pos, f.offset + f.length - pos});
@@ -352,8 +370,13 @@ class VocabTokenizer : public Tokenizer {
     return fragments;
   }
 
+  static bool IsCSpace(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+  }
+
   std::vector<TokenId> special_tokens_;  // control, user-defined and unknown; longest first
   std::vector<std::string> pieces_;
+  std::vector<uint8_t> strip_;  // per token: kLstrip | kRstrip
 };
 
 // SentencePiece-style BPE over token scores (llm_tokenizer_spm).
@@ -661,6 +684,10 @@ absl::StatusOr<VocabSpec> VocabSpecFromMetadata(const std::map<std::string, Gguf
   }
   spec.model = *model;
   ASSIGN_OR_RETURN(spec.pre, OptionalString(md, kKeyPre));
+  ASSIGN_OR_RETURN(std::optional<std::string> architecture, OptionalString(md, kKeyArchitecture));
+  ASSIGN_OR_RETURN(std::optional<std::string> name, OptionalString(md, kKeyName));
+  spec.architecture = architecture.value_or("");
+  spec.name = name.value_or("");
   ASSIGN_OR_RETURN(spec.tokens, StringArray(md, kKeyTokens, /*required=*/true));
   // Only the BPE model needs merges; for others they are ignored.
   ASSIGN_OR_RETURN(spec.merges, StringArray(md, kKeyMerges, /*required=*/spec.model == "gpt2"));
@@ -867,6 +894,35 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(VocabSpec spec) {
   eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
   tok->eog_ids_ = std::move(eog);
   tok->eot_id_ = eot_id;
+
+  // Strip attributes: a GGUF has none, so (as llama.cpp) they are set by
+  // model, pre-tokenizer and architecture name. No model served here today
+  // (SmolLM2, Qwen2.5) gets any.
+  tok->strip_.assign(n, 0);
+  auto contains_any = [](absl::string_view s, std::initializer_list<absl::string_view> parts) {
+    return std::any_of(parts.begin(), parts.end(),
+                       [&](absl::string_view p) { return absl::StrContains(s, p); });
+  };
+  auto set_strip = [&](absl::string_view text, uint8_t bit, bool on) {
+    if (const TokenId id = tok->Lookup(text); id >= 0) {
+      tok->strip_[id] = on ? (tok->strip_[id] | bit) : (tok->strip_[id] & ~bit);
+    }
+  };
+  if (contains_any(spec.pre.value_or(""), {"jina-v2-de", "jina-v2-es", "jina-v2-code"}) ||
+      contains_any(spec.architecture, {"nomic-bert-moe", "jina-bert-v3"})) {
+    set_strip("<mask>", kLstrip, true);
+  } else if (contains_any(absl::AsciiStrToLower(spec.name), {"phi-3", "phi3"})) {
+    for (TokenId id = 0; id < vocab; ++id) {
+      const TokenType t = tok->types_[id];
+      if (t == TokenType::kControl || t == TokenType::kUserDefined || t == TokenType::kUnknown) {
+        tok->strip_[id] |= kRstrip;
+      }
+    }
+    set_strip("</s>", kRstrip, true);
+    for (absl::string_view text : {"<unk>", "<s>", "<|endoftext|>"}) {
+      set_strip(text, kRstrip, false);
+    }
+  }
 
   tok->Finish();
   if (spm_tok != nullptr) {

@@ -23,6 +23,8 @@ namespace tandem::engine::internal {
 struct VocabSpec {
   std::string model;                 // tokenizer.ggml.model: "llama" or "gpt2"
   std::optional<std::string> pre;    // tokenizer.ggml.pre
+  std::string architecture;          // general.architecture ("" when absent)
+  std::string name;                  // general.name: picks lstrip/rstrip rules as llama.cpp
   std::vector<std::string> tokens;   // tokenizer.ggml.tokens
   std::vector<float> scores;         // tokenizer.ggml.scores; empty: all 0
   std::vector<int32_t> token_types;  // tokenizer.ggml.token_type (TokenType); empty: all normal

@@ -729,6 +729,49 @@ TEST(TokenizerBpeTest, MergesByRankLeftmostFirst) {
   EXPECT_THAT(with_bos, ElementsAre(eot, ab));
 }
 
+// lstrip / rstrip: a GGUF carries none, so llama.cpp sets them by name --
+// rstrip on Phi-3's special tokens (not <|endoftext|>), lstrip on <mask> for
+// jina-bert-v3 -- and tokenizer_st_partition drops the whitespace next to the
+// token. SmolLM2 and Qwen2.5 get none (TokenizerRealVocabTest covers them).
+TEST(TokenizerBpeTest, StripAttributesFollowLlamaCppNameRules) {
+  TinyBpe v;
+  v.Add("<|end|>", TokenType::kControl);
+  v.Add("<|endoftext|>", TokenType::kControl);
+  v.Add("<mask>", TokenType::kUserDefined);
+  auto make = [&](const std::string& architecture, const std::string& name) {
+    internal::VocabSpec spec;
+    spec.model = "gpt2";
+    spec.pre = "gpt-2";
+    spec.architecture = architecture;
+    spec.name = name;
+    spec.tokens = v.tokens;
+    spec.token_types = v.types;
+    spec.merges = v.merges;
+    auto tok = internal::MakeTokenizer(std::move(spec));
+    EXPECT_OK(tok.status());
+    return tok.ok() ? std::move(*tok) : nullptr;
+  };
+  auto encode = [](const Tokenizer& tok, const std::string& text) {
+    auto ids = tok.Encode(text, false, /*parse_special=*/true);
+    EXPECT_OK(ids.status());
+    return ids.ok() ? *ids : std::vector<TokenId>();
+  };
+  const std::string text = "a \t<|end|> \n b <|endoftext|>  c  <mask> d";
+
+  auto phi3 = make("phi3", "Phi-3-Mini-4K-Instruct");
+  auto jina = make("jina-bert-v3", "jina");
+  auto plain = make("gpt2", "SmolLM2 135M Instruct");
+  ASSERT_TRUE(phi3 && jina && plain);
+  // Phi-3: whitespace after <|end|> and <mask> goes, not after <|endoftext|>.
+  EXPECT_EQ(encode(*phi3, text), encode(*plain, "a \t<|end|>b <|endoftext|>  c  <mask>d"));
+  // jina: whitespace before <mask> goes.
+  EXPECT_EQ(encode(*jina, text), encode(*plain, "a \t<|end|> \n b <|endoftext|>  c<mask> d"));
+  EXPECT_NE(encode(*plain, text), encode(*phi3, text));
+  // Only the raw text next to the token is stripped, never other tokens.
+  EXPECT_EQ(encode(*phi3, "<|end|><|end|>  "), encode(*plain, "<|end|><|end|>"));
+  EXPECT_EQ(encode(*jina, "  <mask><mask>"), encode(*plain, "<mask><mask>"));
+}
+
 TEST(TokenizerBpeTest, Llama3PreTokenizerIgnoresMergesForWholeWords) {
   TinyBpe v;
   const int32_t he = v.Merge("h", "e");

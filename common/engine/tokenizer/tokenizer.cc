@@ -835,8 +835,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(VocabSpec spec) {
   auto force_control = [&](TokenId id) { tok->types_[id] = TokenType::kControl; };
   const std::pair<TokenId*, std::vector<absl::string_view>> by_text[] = {
       {&eot_id,
-       {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-        "<|end_of_text|>", "<EOT>", "_<EOT>",
+       {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+        "<EOT>", "_<EOT>",
         "<\xEF\xBD\x9C"
         "end\xE2\x96\x81of\xE2\x96\x81sentence"
         "\xEF\xBD\x9C>",

@@ -66,9 +66,9 @@ class Tokenizer {
   int32_t vocab_size() const { return static_cast<int32_t>(tokens_.size()); }
   const std::string& token_text(TokenId id) const { return tokens_[id]; }
   TokenType token_type(TokenId id) const { return types_[id]; }
-  TokenId bos_id() const { return bos_id_; }   // -1 when none
-  TokenId eos_id() const { return eos_id_; }   // -1 when none
-  TokenId eot_id() const { return eot_id_; }   // -1 when none
+  TokenId bos_id() const { return bos_id_; }  // -1 when none
+  TokenId eos_id() const { return eos_id_; }  // -1 when none
+  TokenId eot_id() const { return eot_id_; }  // -1 when none
   const FimIds& fim_ids() const { return fim_ids_; }
   // End-of-generation ids: eos plus eot / eom / im_end style tokens the vocab
   // defines, and (as llama.cpp) the FIM pad, repo and file-separator tokens.

@@ -1,4 +1,6 @@
 // Tokenizer tests: llama.cpp's own vocab test vectors (ids must match exactly),
+// the real SmolLM2 / Qwen2.5 vocabularies from the model cache against Hugging
+// Face tokenizers (tests/reference/gen_tokenizer_vectors.py),
 // pre-tokenizer splits against the Python `regex` module
 // (tests/reference/gen_pretokenizer_splits.py), synthetic vocabularies built
 // with GgufWriter for BPE merging and special tokens, metadata errors, UTF-8
@@ -6,8 +8,8 @@
 
 #include "common/engine/tokenizer/tokenizer.h"
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -97,15 +99,17 @@ std::string Escaped(absl::string_view s) {
   return out;
 }
 
-// Loads (once per process) the tokenizer of the GGUF at `path`; nullptr (and
-// a failure) when it is missing or bad.
-const Tokenizer* CachedTokenizer(const std::string& path) {
+// Loads (once per process) the tokenizer of the GGUF at `path`, opened with
+// `open`; nullptr (and a failure) when it is missing or bad.
+const Tokenizer* CachedTokenizer(
+    const std::string& path,
+    absl::StatusOr<std::unique_ptr<GgufFile>> (*open)(const std::string&) = GgufFile::Open) {
   static auto* cache = new std::map<std::string, std::unique_ptr<Tokenizer>>();
   auto it = cache->find(path);
   if (it != cache->end()) {
     return it->second.get();
   }
-  auto file = GgufFile::Open(path);
+  auto file = open(path);
   if (!file.ok()) {
     ADD_FAILURE() << path << ": " << file.status();
     return nullptr;
@@ -291,40 +295,27 @@ constexpr RealModel kSmolLm2 = {"smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", ""
 constexpr RealModel kQwen25 = {"qwen25", "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
                                " --qwen-small"};
 
-// The tokenizer of a model-cache GGUF, built from its metadata alone: the
-// file's first 32 MiB (the Qwen vocabulary's keys take ~6 MB) with n_tensors
-// set to 0, so the test does not depend on which tensor types (K-quants)
-// GgufFile knows.
-const Tokenizer* ModelTokenizer(const RealModel& model) {
-  static auto* cache = new std::map<std::string, std::unique_ptr<Tokenizer>>();
-  const std::string path = RequireModelFile(model.file, model.fetch_args);
-  if (auto it = cache->find(path); it != cache->end()) {
-    return it->second.get();
-  }
+// A GGUF's metadata alone: the file's first 32 MiB (the Qwen vocabulary's
+// keys take ~6 MB) with n_tensors set to 0, so the tokenizer tests do not
+// depend on which tensor types (K-quants) GgufFile knows.
+absl::StatusOr<std::unique_ptr<GgufFile>> OpenMetadataOnly(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return nullptr;  // reported by RequireModelFile
+    return absl::NotFoundError("cannot open the file");
   }
   std::vector<uint8_t> header(32u << 20);
   in.read(reinterpret_cast<char*>(header.data()), static_cast<std::streamsize>(header.size()));
   header.resize(static_cast<size_t>(in.gcount()));
   constexpr size_t kTensorCountOffset = 8;  // after magic and version
   if (header.size() < kTensorCountOffset + sizeof(uint64_t)) {
-    ADD_FAILURE() << path << ": too short for a GGUF header";
-    return nullptr;
+    return absl::DataLossError("too short for a GGUF header");
   }
   std::fill_n(header.begin() + kTensorCountOffset, sizeof(uint64_t), 0);
-  auto file = GgufFile::FromBuffer(header);
-  if (!file.ok()) {
-    ADD_FAILURE() << path << " (metadata): " << file.status();
-    return nullptr;
-  }
-  auto tok = Tokenizer::FromGguf(**file);
-  if (!tok.ok()) {
-    ADD_FAILURE() << path << ": " << tok.status();
-    return nullptr;
-  }
-  return (*cache)[path] = std::move(*tok), (*cache)[path].get();
+  return GgufFile::FromBuffer(header);
+}
+
+const Tokenizer* ModelTokenizer(const RealModel& model) {
+  return CachedTokenizer(RequireModelFile(model.file, model.fetch_args), OpenMetadataOnly);
 }
 
 std::vector<TokenId> ParseIds(absl::string_view text) {
@@ -438,8 +429,8 @@ TEST(TokenizerRealVocabTest, Qwen25SpecialTokens) {
   EXPECT_EQ(fim.repo, 151663);
   EXPECT_EQ(fim.file_sep, 151664);
   // FIM tokens are control: matched only with parse_special.
-  ASSERT_OK_AND_ASSIGN(auto ids, tok->Encode("<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>",
-                                             false, true));
+  ASSERT_OK_AND_ASSIGN(auto ids,
+                       tok->Encode("<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>", false, true));
   EXPECT_THAT(ids, ElementsAre(151659, 64, 151661, 65, 151660));
   ASSERT_OK_AND_ASSIGN(ids, tok->Encode("<|fim_prefix|>", false, false));
   EXPECT_GT(ids.size(), 1u);

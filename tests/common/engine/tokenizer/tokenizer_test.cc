@@ -330,7 +330,8 @@ std::vector<TokenId> ParseIds(absl::string_view text) {
 
 // The ids Hugging Face `tokenizers` gives for the same GGUF
 // (tests/reference/gen_tokenizer_vectors.py): Encode with and without
-// parse_special, and Decode of the plain ids gives back the text.
+// parse_special, and Decode (and the Detokenizer) of the plain ids gives back
+// the text.
 void ExpectMatchesHuggingFace(const RealModel& model) {
   const Tokenizer* tok = ModelTokenizer(model);
   ASSERT_NE(tok, nullptr);
@@ -375,6 +376,14 @@ void ExpectMatchesHuggingFace(const RealModel& model) {
                     << "\n  plain expected:         " << Ids(plain);
     }
     EXPECT_EQ(tok->Decode(plain), text) << model.key << " " << name;
+    // Streamed one id at a time (byte-level tokens split CJK and emoji), the
+    // text comes out whole too.
+    Detokenizer detok(*tok);
+    std::string streamed;
+    for (TokenId id : plain) {
+      streamed += detok.Push(id);
+    }
+    EXPECT_EQ(streamed + detok.Flush(), text) << model.key << " " << name << " (streamed)";
   }
   EXPECT_EQ(matched, static_cast<int>(cases.size())) << model.key;
 }

@@ -211,9 +211,18 @@ class VocabTokenizer : public Tokenizer {
  public:
   friend absl::StatusOr<std::unique_ptr<Tokenizer>> internal::MakeTokenizer(VocabSpec spec);
 
+  using Tokenizer::Encode;
   absl::StatusOr<std::vector<TokenId>> Encode(absl::string_view text, bool add_bos,
-                                              bool parse_special) const final {
+                                              bool parse_special,
+                                              absl::Span<const TextRange> literal) const final {
     RETURN_IF_ERROR(ValidateUtf8(text));
+    for (size_t i = 0; i < literal.size(); ++i) {
+      if (literal[i].begin > literal[i].end || literal[i].end > text.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("literal range ", i, " [", literal[i].begin, ", ", literal[i].end,
+                         ") is not inside the text (", text.size(), " bytes)"));
+      }
+    }
     std::vector<TokenId> out;
     if (add_bos && bos_id_ >= 0) {
       out.push_back(bos_id_);
@@ -221,7 +230,7 @@ class VocabTokenizer : public Tokenizer {
     if (text.empty()) {
       return out;
     }
-    EncodeFragments(text, Partition(text, parse_special), &out);
+    EncodeFragments(text, Partition(text, parse_special, literal), &out);
     return out;
   }
 
@@ -317,20 +326,29 @@ class VocabTokenizer : public Tokenizer {
   // Splits `text` around special tokens (llama.cpp's tokenizer_st_partition):
   // for each special token, longest first, every occurrence in the raw
   // fragments becomes a token fragment. Control and unknown tokens only when
-  // `parse_special`; user-defined ones always. A token with lstrip / rstrip
-  // drops the whitespace (C isspace) of the raw text just before / after it.
-  std::vector<Fragment> Partition(absl::string_view text, bool parse_special) const {
+  // `parse_special`, and never where they overlap a `literal` range;
+  // user-defined ones always. A token with lstrip / rstrip drops the
+  // whitespace (C isspace) of the raw text just before / after it.
+  std::vector<Fragment> Partition(absl::string_view text, bool parse_special,
+                                  absl::Span<const TextRange> literal) const {
     std::vector<Fragment> fragments = {{-1, 0, text.size()}};
     std::vector<Fragment> next;
     for (TokenId id : special_tokens_) {
       const TokenType type = types_[id];
-      if (!parse_special && (type == TokenType::kControl || type == TokenType::kUnknown)) {
+      const bool needs_parse_special = type == TokenType::kControl || type == TokenType::kUnknown;
+      if (needs_parse_special && !parse_special) {
         continue;
       }
       const std::string& special = tokens_[id];
       if (text.find(special) == absl::string_view::npos) {
         continue;
       }
+      auto in_literal = [&](size_t begin) {
+        return needs_parse_special &&
+               std::any_of(literal.begin(), literal.end(), [&](const TextRange& r) {
+                 return begin < r.end && r.begin < begin + special.size();
+               });
+      };
       next.clear();
       for (const Fragment& f : fragments) {
         if (f.token >= 0) {
@@ -338,11 +356,16 @@ class VocabTokenizer : public Tokenizer {
           continue;
         }
         const absl::string_view window = text.substr(0, f.offset + f.length);
-        size_t pos = f.offset;
+        size_t pos = f.offset;   // the raw text not yet emitted starts here
+        size_t from = f.offset;  // the next search starts here
         while (true) {
-          const size_t match = window.find(special, pos);
+          const size_t match = window.find(special, from);
           if (match == absl::string_view::npos) {
             break;
+          }
+          if (in_literal(match)) {
+            from = match + 1;
+            continue;
           }
           size_t left_end = match;
           if (strip_[id] & kLstrip) {
@@ -360,6 +383,7 @@ class VocabTokenizer : public Tokenizer {
               ++pos;
             }
           }
+          from = pos;
         }
         if (pos < f.offset + f.length) {
           next.push_back({-1, pos, f.offset + f.length - pos});

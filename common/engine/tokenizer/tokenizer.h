@@ -4,12 +4,18 @@
 //    (<0xXX> tokens), a leading-space prefix and "▁" for spaces, as llama.cpp's
 //    llm_tokenizer_spm.
 //  - "gpt2": byte-level BPE over merges with a pre-tokenizer chosen by
-//    tokenizer.ggml.pre ("default"/"gpt-2", "llama-bpe"/"llama3", "qwen2", ...).
+//    tokenizer.ggml.pre ("default"/"gpt-2", "llama-bpe"/"llama3", "qwen2",
+//    "smollm", ...).
 // Special / control tokens in the text are matched before BPE when
-// `parse_special` is set (as llama.cpp's tokenize with parse_special=true).
+// `parse_special` is set (as llama.cpp's tokenize with parse_special=true),
+// except inside literal ranges (user content of a rendered chat template).
+// lstrip / rstrip token attributes are set by model name as llama.cpp does
+// (a GGUF carries none). Checked against Hugging Face tokenizers for the real
+// SmolLM2 and Qwen2.5 vocabularies (tests/reference/gen_tokenizer_vectors.py).
 //
 // Immutable after construction; safe to use from any thread.
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,6 +33,12 @@ using TokenId = int32_t;
 enum class TokenType : int32_t {
   kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5,
   kByte = 6,
+};
+
+// A byte range [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0;
+  size_t end = 0;
 };
 
 // Fill-in-the-middle tokens (-1 when the vocab has none): from the
@@ -51,9 +63,22 @@ class Tokenizer {
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
 
   // Encodes UTF-8 text. Adds BOS when `add_bos` (and the vocab has one).
+  // With `parse_special`, control tokens written in the text ("<|im_end|>")
+  // become their ids -- for text a chat template wrote, never for user text
+  // unless asked; user-defined tokens (Qwen's "<tool_call>") always do.
   // Invalid UTF-8 is InvalidArgument with the byte offset.
-  virtual absl::StatusOr<std::vector<TokenId>> Encode(absl::string_view text, bool add_bos,
-                                                      bool parse_special) const = 0;
+  absl::StatusOr<std::vector<TokenId>> Encode(absl::string_view text, bool add_bos,
+                                              bool parse_special) const {
+    return Encode(text, add_bos, parse_special, {});
+  }
+  // As above, but inside the `literal` byte ranges of `text` (the user content
+  // of a rendered chat template) control tokens are never matched, as with
+  // parse_special = false there, so content cannot forge template markers.
+  // The text is still tokenized as a whole (a range does not split words).
+  // A range outside the text is InvalidArgument.
+  virtual absl::StatusOr<std::vector<TokenId>> Encode(
+      absl::string_view text, bool add_bos, bool parse_special,
+      absl::Span<const TextRange> literal) const = 0;
 
   // The bytes a token stands for when detokenizing (SPM: "▁" -> " ", <0x0A> ->
   // "\n"; BPE: byte-level unicode mapped back to bytes). Control tokens give "".

@@ -153,7 +153,7 @@ def encode(tok, text, parse_special):
     return tok.encode(text, add_special_tokens=False).ids
 
 
-def load_cases(shared):
+def load_cases(shared, all_sharegpt=False):
     cases = [{"name": f"edge{i}", "text": t} for i, t in enumerate(EDGE_CASES)]
     with open(os.path.join(shared, LLAMA_CPP_INP), encoding="utf-8") as f:
         parts = f.read().split("\n__ggml_vocab_test__\n")
@@ -166,7 +166,9 @@ def load_cases(shared):
     ascii_taken = 0
     for p in prompts:
         text = p["conversations"][0]["value"]
-        if text.isascii():
+        if all_sharegpt:
+            pass
+        elif text.isascii():
             if len(text) > 600 or ascii_taken >= 120:
                 continue
             ascii_taken += 1
@@ -183,9 +185,11 @@ def main():
         "~/.cache/tandem/models"))
     parser.add_argument("--shared", default=os.path.join(root, "..", "shared"))
     parser.add_argument("--out", default=os.path.join(root, "tests/data/tokenizer/real_vocab_vectors.json"))
+    parser.add_argument("--all-sharegpt", action="store_true",
+                        help="all 1000 prompts (a one-off check; the committed file has the subset)")
     args = parser.parse_args()
 
-    cases = load_cases(args.shared)
+    cases = load_cases(args.shared, args.all_sharegpt)
     out = {
         "generator": "tests/reference/gen_tokenizer_vectors.py",
         "versions": {name: importlib.metadata.version(name)

@@ -27,6 +27,8 @@ namespace {
 constexpr char kEscapedSpace[] = "\xE2\x96\x81";     // U+2581, SentencePiece's space
 constexpr char kReplacementChar[] = "\xEF\xBF\xBD";  // U+FFFD
 
+constexpr char kKeyArchitecture[] = "general.architecture";
+constexpr char kKeyName[] = "general.name";
 constexpr char kKeyModel[] = "tokenizer.ggml.model";
 constexpr char kKeyPre[] = "tokenizer.ggml.pre";
 constexpr char kKeyTokens[] = "tokenizer.ggml.tokens";
@@ -38,6 +40,12 @@ constexpr char kKeyEos[] = "tokenizer.ggml.eos_token_id";
 constexpr char kKeyUnk[] = "tokenizer.ggml.unknown_token_id";
 constexpr char kKeyEot[] = "tokenizer.ggml.eot_token_id";
 constexpr char kKeyEom[] = "tokenizer.ggml.eom_token_id";
+constexpr char kKeyFimPre[] = "tokenizer.ggml.fim_pre_token_id";
+constexpr char kKeyFimSuf[] = "tokenizer.ggml.fim_suf_token_id";
+constexpr char kKeyFimMid[] = "tokenizer.ggml.fim_mid_token_id";
+constexpr char kKeyFimPad[] = "tokenizer.ggml.fim_pad_token_id";
+constexpr char kKeyFimRep[] = "tokenizer.ggml.fim_rep_token_id";
+constexpr char kKeyFimSep[] = "tokenizer.ggml.fim_sep_token_id";
 constexpr char kKeyAddBos[] = "tokenizer.ggml.add_bos_token";
 constexpr char kKeyAddSpacePrefix[] = "tokenizer.ggml.add_space_prefix";
 
@@ -188,6 +196,10 @@ const std::vector<PreTokenizerEntry>& PreTokenizerTable() {
 
 // --- the tokenizers ---------------------------------------------------------------
 
+// Per-token strip attributes (llama.cpp's LLAMA_TOKEN_ATTR_LSTRIP / RSTRIP).
+constexpr uint8_t kLstrip = 1;
+constexpr uint8_t kRstrip = 2;
+
 struct Fragment {
   TokenId token;  // -1: raw text [offset, offset + length)
   size_t offset;
@@ -199,9 +211,18 @@ class VocabTokenizer : public Tokenizer {
  public:
   friend absl::StatusOr<std::unique_ptr<Tokenizer>> internal::MakeTokenizer(VocabSpec spec);
 
+  using Tokenizer::Encode;
   absl::StatusOr<std::vector<TokenId>> Encode(absl::string_view text, bool add_bos,
-                                              bool parse_special) const final {
+                                              bool parse_special,
+                                              absl::Span<const TextRange> literal) const final {
     RETURN_IF_ERROR(ValidateUtf8(text));
+    for (size_t i = 0; i < literal.size(); ++i) {
+      if (literal[i].begin > literal[i].end || literal[i].end > text.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("literal range ", i, " [", literal[i].begin, ", ", literal[i].end,
+                         ") is not inside the text (", text.size(), " bytes)"));
+      }
+    }
     std::vector<TokenId> out;
     if (add_bos && bos_id_ >= 0) {
       out.push_back(bos_id_);
@@ -209,7 +230,7 @@ class VocabTokenizer : public Tokenizer {
     if (text.empty()) {
       return out;
     }
-    EncodeFragments(text, Partition(text, parse_special), &out);
+    EncodeFragments(text, Partition(text, parse_special, literal), &out);
     return out;
   }
 
@@ -305,19 +326,29 @@ class VocabTokenizer : public Tokenizer {
   // Splits `text` around special tokens (llama.cpp's tokenizer_st_partition):
   // for each special token, longest first, every occurrence in the raw
   // fragments becomes a token fragment. Control and unknown tokens only when
-  // `parse_special`; user-defined ones always.
-  std::vector<Fragment> Partition(absl::string_view text, bool parse_special) const {
+  // `parse_special`, and never where they overlap a `literal` range;
+  // user-defined ones always. A token with lstrip / rstrip drops the
+  // whitespace (C isspace) of the raw text just before / after it.
+  std::vector<Fragment> Partition(absl::string_view text, bool parse_special,
+                                  absl::Span<const TextRange> literal) const {
     std::vector<Fragment> fragments = {{-1, 0, text.size()}};
     std::vector<Fragment> next;
     for (TokenId id : special_tokens_) {
       const TokenType type = types_[id];
-      if (!parse_special && (type == TokenType::kControl || type == TokenType::kUnknown)) {
+      const bool needs_parse_special = type == TokenType::kControl || type == TokenType::kUnknown;
+      if (needs_parse_special && !parse_special) {
         continue;
       }
       const std::string& special = tokens_[id];
       if (text.find(special) == absl::string_view::npos) {
         continue;
       }
+      auto in_literal = [&](size_t begin) {
+        return needs_parse_special &&
+               std::any_of(literal.begin(), literal.end(), [&](const TextRange& r) {
+                 return begin < r.end && r.begin < begin + special.size();
+               });
+      };
       next.clear();
       for (const Fragment& f : fragments) {
         if (f.token >= 0) {
@@ -325,17 +356,34 @@ class VocabTokenizer : public Tokenizer {
           continue;
         }
         const absl::string_view window = text.substr(0, f.offset + f.length);
-        size_t pos = f.offset;
+        size_t pos = f.offset;   // the raw text not yet emitted starts here
+        size_t from = f.offset;  // the next search starts here
         while (true) {
-          const size_t match = window.find(special, pos);
+          const size_t match = window.find(special, from);
           if (match == absl::string_view::npos) {
             break;
           }
-          if (match > pos) {
-            next.push_back({-1, pos, match - pos});
+          if (in_literal(match)) {
+            from = match + 1;
+            continue;
+          }
+          size_t left_end = match;
+          if (strip_[id] & kLstrip) {
+            while (left_end > pos && IsCSpace(text[left_end - 1])) {
+              --left_end;
+            }
+          }
+          if (left_end > pos) {
+            next.push_back({-1, pos, left_end - pos});
           }
           next.push_back({id, match, special.size()});
           pos = match + special.size();
+          if (strip_[id] & kRstrip) {
+            while (pos < f.offset + f.length && IsCSpace(text[pos])) {
+              ++pos;
+            }
+          }
+          from = pos;
         }
         if (pos < f.offset + f.length) {
           next.push_back({-1, pos, f.offset + f.length - pos});
@@ -346,8 +394,13 @@ class VocabTokenizer : public Tokenizer {
     return fragments;
   }
 
+  static bool IsCSpace(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+  }
+
   std::vector<TokenId> special_tokens_;  // control, user-defined and unknown; longest first
   std::vector<std::string> pieces_;
+  std::vector<uint8_t> strip_;  // per token: kLstrip | kRstrip
 };
 
 // SentencePiece-style BPE over token scores (llm_tokenizer_spm).
@@ -655,6 +708,10 @@ absl::StatusOr<VocabSpec> VocabSpecFromMetadata(const std::map<std::string, Gguf
   }
   spec.model = *model;
   ASSIGN_OR_RETURN(spec.pre, OptionalString(md, kKeyPre));
+  ASSIGN_OR_RETURN(std::optional<std::string> architecture, OptionalString(md, kKeyArchitecture));
+  ASSIGN_OR_RETURN(std::optional<std::string> name, OptionalString(md, kKeyName));
+  spec.architecture = architecture.value_or("");
+  spec.name = name.value_or("");
   ASSIGN_OR_RETURN(spec.tokens, StringArray(md, kKeyTokens, /*required=*/true));
   // Only the BPE model needs merges; for others they are ignored.
   ASSIGN_OR_RETURN(spec.merges, StringArray(md, kKeyMerges, /*required=*/spec.model == "gpt2"));
@@ -683,6 +740,12 @@ absl::StatusOr<VocabSpec> VocabSpecFromMetadata(const std::map<std::string, Gguf
   ASSIGN_OR_RETURN(spec.unk_id, OptionalInt(md, kKeyUnk));
   ASSIGN_OR_RETURN(spec.eot_id, OptionalInt(md, kKeyEot));
   ASSIGN_OR_RETURN(spec.eom_id, OptionalInt(md, kKeyEom));
+  ASSIGN_OR_RETURN(spec.fim_pre_id, OptionalInt(md, kKeyFimPre));
+  ASSIGN_OR_RETURN(spec.fim_suf_id, OptionalInt(md, kKeyFimSuf));
+  ASSIGN_OR_RETURN(spec.fim_mid_id, OptionalInt(md, kKeyFimMid));
+  ASSIGN_OR_RETURN(spec.fim_pad_id, OptionalInt(md, kKeyFimPad));
+  ASSIGN_OR_RETURN(spec.fim_rep_id, OptionalInt(md, kKeyFimRep));
+  ASSIGN_OR_RETURN(spec.fim_sep_id, OptionalInt(md, kKeyFimSep));
   ASSIGN_OR_RETURN(spec.add_bos, OptionalBool(md, kKeyAddBos));
   ASSIGN_OR_RETURN(spec.add_space_prefix, OptionalBool(md, kKeyAddSpacePrefix));
   return spec;
@@ -772,6 +835,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(VocabSpec spec) {
   tok->unk_id_ = resolve(spm ? 0 : -1, spec.unk_id);
   TokenId eot_id = resolve(-1, spec.eot_id);
   TokenId eom_id = resolve(-1, spec.eom_id);
+  FimIds& fim = tok->fim_ids_;
+  fim.prefix = resolve(-1, spec.fim_pre_id);
+  fim.suffix = resolve(-1, spec.fim_suf_id);
+  fim.middle = resolve(-1, spec.fim_mid_id);
+  fim.pad = resolve(-1, spec.fim_pad_id);
+  fim.repo = resolve(-1, spec.fim_rep_id);
+  fim.file_sep = resolve(-1, spec.fim_sep_id);
 
   tok->add_bos_ = spec.add_bos.value_or(spm ? true : bpe_tok->pre_.add_bos);
   if (tok->add_bos_ && tok->bos_id_ < 0) {
@@ -781,23 +851,52 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(VocabSpec spec) {
   // Only SPM adds (and Decode strips) the prefix space.
   tok->add_space_prefix_ = spm && spec.add_space_prefix.value_or(true);
 
-  // End of generation, found by token text as llama.cpp does; such tokens
-  // are forced to control type so they never print and only parse as special.
+  // EOT, EOM and FIM tokens the metadata does not name, found by token text as
+  // llama.cpp does. Unlike llama.cpp, which takes whichever match its hash map
+  // yields first, the first text of the list wins ("<|im_end|>" over
+  // "<|endoftext|>"). Such tokens are forced to control type so they
+  // never print and only parse as special.
   auto force_control = [&](TokenId id) { tok->types_[id] = TokenType::kControl; };
-  for (TokenId id = 0; id < vocab; ++id) {
-    const std::string& text = tok->tokens_[id];
-    if (eot_id < 0 && IsOneOf(text, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                     "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
-                                     "<\xEF\xBD\x9C"
-                                     "end\xE2\x96\x81of\xE2\x96\x81sentence"
-                                     "\xEF\xBD\x9C>",
-                                     "<end_of_utterance>"})) {
-      eot_id = id;
-      force_control(id);
+  const std::pair<TokenId*, std::vector<absl::string_view>> by_text[] = {
+      {&eot_id,
+       {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+        "<EOT>", "_<EOT>",
+        "<\xEF\xBD\x9C"
+        "end\xE2\x96\x81of\xE2\x96\x81sentence"
+        "\xEF\xBD\x9C>",
+        "<end_of_utterance>"}},
+      {&eom_id, {"<|eom_id|>"}},
+      {&fim.prefix,
+       {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+        "<\xEF\xBD\x9C"
+        "fim\xE2\x96\x81"
+        "begin\xEF\xBD\x9C>",
+        "<PRE>", "\xE2\x96\x81<PRE>", "<|code_prefix|>"}},
+      {&fim.suffix,
+       {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+        "<\xEF\xBD\x9C"
+        "fim\xE2\x96\x81hole\xEF\xBD\x9C>",
+        "<SUF>", "\xE2\x96\x81<SUF>", "<|code_suffix|>"}},
+      {&fim.middle,
+       {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+        "<\xEF\xBD\x9C"
+        "fim\xE2\x96\x81"
+        "end\xEF\xBD\x9C>",
+        "<MID>", "\xE2\x96\x81<MID>", "<|code_middle|>"}},
+      {&fim.pad, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"}},
+      {&fim.repo, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+      {&fim.file_sep, {"<|file_sep|>"}},
+  };
+  for (const auto& [id, texts] : by_text) {
+    if (*id >= 0) {
+      continue;
     }
-    if (eom_id < 0 && text == "<|eom_id|>") {
-      eom_id = id;
-      force_control(id);
+    for (absl::string_view text : texts) {
+      if (const TokenId t = tok->Lookup(text); t >= 0) {
+        *id = t;
+        force_control(t);
+        break;
+      }
     }
   }
   std::vector<TokenId> eog;
@@ -809,7 +908,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(VocabSpec spec) {
       force_control(id);
     }
   }
-  for (TokenId id : {tok->eos_id_, eot_id, eom_id}) {
+  // As llama.cpp, FIM pad / repo / file-separator end generation too.
+  for (TokenId id : {tok->eos_id_, eot_id, eom_id, fim.pad, fim.repo, fim.file_sep}) {
     if (id >= 0) {
       eog.push_back(id);
     }
@@ -817,6 +917,36 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(VocabSpec spec) {
   std::sort(eog.begin(), eog.end());
   eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
   tok->eog_ids_ = std::move(eog);
+  tok->eot_id_ = eot_id;
+
+  // Strip attributes: a GGUF has none, so (as llama.cpp) they are set by
+  // model, pre-tokenizer and architecture name. No model served here today
+  // (SmolLM2, Qwen2.5) gets any.
+  tok->strip_.assign(n, 0);
+  auto contains_any = [](absl::string_view s, std::initializer_list<absl::string_view> parts) {
+    return std::any_of(parts.begin(), parts.end(),
+                       [&](absl::string_view p) { return absl::StrContains(s, p); });
+  };
+  auto set_strip = [&](absl::string_view text, uint8_t bit, bool on) {
+    if (const TokenId id = tok->Lookup(text); id >= 0) {
+      tok->strip_[id] = on ? (tok->strip_[id] | bit) : (tok->strip_[id] & ~bit);
+    }
+  };
+  if (contains_any(spec.pre.value_or(""), {"jina-v2-de", "jina-v2-es", "jina-v2-code"}) ||
+      contains_any(spec.architecture, {"nomic-bert-moe", "jina-bert-v3"})) {
+    set_strip("<mask>", kLstrip, true);
+  } else if (contains_any(absl::AsciiStrToLower(spec.name), {"phi-3", "phi3"})) {
+    for (TokenId id = 0; id < vocab; ++id) {
+      const TokenType t = tok->types_[id];
+      if (t == TokenType::kControl || t == TokenType::kUserDefined || t == TokenType::kUnknown) {
+        tok->strip_[id] |= kRstrip;
+      }
+    }
+    set_strip("</s>", kRstrip, true);
+    for (absl::string_view text : {"<unk>", "<s>", "<|endoftext|>"}) {
+      set_strip(text, kRstrip, false);
+    }
+  }
 
   tok->Finish();
   if (spm_tok != nullptr) {

@@ -23,11 +23,15 @@ namespace tandem::engine::internal {
 struct VocabSpec {
   std::string model;                 // tokenizer.ggml.model: "llama" or "gpt2"
   std::optional<std::string> pre;    // tokenizer.ggml.pre
+  std::string architecture;          // general.architecture ("" when absent)
+  std::string name;                  // general.name: picks lstrip/rstrip rules as llama.cpp
   std::vector<std::string> tokens;   // tokenizer.ggml.tokens
   std::vector<float> scores;         // tokenizer.ggml.scores; empty: all 0
   std::vector<int32_t> token_types;  // tokenizer.ggml.token_type (TokenType); empty: all normal
   std::vector<std::string> merges;   // tokenizer.ggml.merges ("left right"), gpt2 only
   std::optional<int64_t> bos_id, eos_id, unk_id, eot_id, eom_id;
+  // tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id
+  std::optional<int64_t> fim_pre_id, fim_suf_id, fim_mid_id, fim_pad_id, fim_rep_id, fim_sep_id;
   std::optional<bool> add_bos;           // tokenizer.ggml.add_bos_token
   std::optional<bool> add_space_prefix;  // tokenizer.ggml.add_space_prefix
 };

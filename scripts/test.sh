@@ -26,7 +26,9 @@ fi
 # warnings); in an incremental build only recompiled files are checked.
 build_log=$(mktemp)
 trap 'rm -f "$build_log"' EXIT
-scripts/setup.sh 2>&1 | tee "$build_log"
+# The tokenizer tests read the Qwen2.5-Coder-0.5B vocabulary: fetch it too
+# (491 MB, about 25 s; docs/models.md).
+TANDEM_FETCH_QWEN="${TANDEM_FETCH_QWEN:-1}" scripts/setup.sh 2>&1 | tee "$build_log"
 if grep -q ": warning: " "$build_log"; then
   echo "test: the build printed compiler warnings; fix them (silence a false positive at the" \
     "narrowest scope, with a comment saying why):" >&2

@@ -3,6 +3,8 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -40,18 +42,20 @@ int8_t RoundToInt8(float x) {
   return static_cast<int8_t>(r);
 }
 
-// ggml: MIN(15, (int8_t)(x + 8.5f)), truncation toward zero; x + 8.5 >= 0.5 for
-// every in-range input.
-uint8_t Q4Nibble(float x) {
-  const float t = x + 8.5f;
-  if (t >= 15.0f) {
-    return 15;
+// ggml: MIN(max, (int8_t)t), truncation toward zero, where t = x + 8.5f (Q4_0),
+// x + 16.5f (Q5_0) or (x - min) * id + 0.5f (Q4_1, Q5_1) is >= 0 for every
+// in-range input.
+uint8_t TruncQ(float t, int max) {
+  if (t >= static_cast<float>(max)) {
+    return static_cast<uint8_t>(max);
   }
   if (t > 0.0f) {
     return static_cast<uint8_t>(t);
   }
   return 0;  // also NaN
 }
+
+uint8_t Q4Nibble(float x) { return TruncQ(x + 8.5f, 15); }
 
 void QuantizeRowQ8_0(const float* x, uint8_t* dst, int64_t n) {
   const int64_t nb = n / kQK8_0;
@@ -128,75 +132,243 @@ void DequantizeRowQ4_0(const uint8_t* src, float* y, int64_t n) {
   }
 }
 
+
+// Q4_1 / Q5_1 (ggml quantize_row_q4_1_ref / q5_1_ref): min and max of the
+// block, d = (max - min) / (2^bits - 1), q = trunc((x - min) / d + 0.5).
+// Writes the fp16 d and m and the 32 levels.
+void MinMaxLevels(const float* xb, int max_q, uint16_t* d_out, uint16_t* m_out, uint8_t* q) {
+  float min = std::numeric_limits<float>::max();
+  float max = -std::numeric_limits<float>::max();
+  for (int j = 0; j < 32; ++j) {
+    min = xb[j] < min ? xb[j] : min;
+    max = xb[j] > max ? xb[j] : max;
+  }
+  const float d = (max - min) / static_cast<float>(max_q);
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  *d_out = Fp32ToFp16(d);
+  *m_out = Fp32ToFp16(min);
+  for (int j = 0; j < 32; ++j) {
+    q[j] = TruncQ((xb[j] - min) * id + 0.5f, max_q);
+  }
+}
+
+// Q5_0 (ggml quantize_row_q5_0_ref): d = max / -16 (the signed value of
+// largest magnitude), q = trunc(x / d + 16.5) in [0, 31].
+void SignedMaxLevels(const float* xb, uint16_t* d_out, uint8_t* q) {
+  float amax = 0.0f;
+  float max = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    if (amax < std::fabs(xb[j])) {
+      amax = std::fabs(xb[j]);
+      max = xb[j];
+    }
+  }
+  const float d = max / -16;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  *d_out = Fp32ToFp16(d);
+  for (int j = 0; j < 32; ++j) {
+    q[j] = TruncQ(xb[j] * id + 16.5f, 31);
+  }
+}
+
+// Packs 32 levels as ggml's 4/5-bit blocks: nibbles of j and j + 16 share
+// qs[j]; bit 4 of level j goes to bit j of qh (when qh is not null).
+void PackLevels(const uint8_t* q, uint8_t* qs, uint8_t* qh) {
+  uint32_t h = 0;
+  for (int j = 0; j < 16; ++j) {
+    qs[j] = static_cast<uint8_t>((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+    h |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
+    h |= static_cast<uint32_t>((q[j + 16] >> 4) & 1) << (j + 16);
+  }
+  if (qh != nullptr) {
+    std::memcpy(qh, &h, 4);
+  }
+}
+
+void QuantizeRowLowBit(GgmlType type, const float* x, uint8_t* dst, int64_t n) {
+  uint8_t q[32];
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    if (type == GgmlType::kQ4_1) {
+      BlockQ4_1 block;
+      MinMaxLevels(xb, 15, &block.d, &block.m, q);
+      PackLevels(q, block.qs, nullptr);
+      std::memcpy(dst + b * sizeof(block), &block, sizeof(block));
+    } else if (type == GgmlType::kQ5_1) {
+      BlockQ5_1 block;
+      MinMaxLevels(xb, 31, &block.d, &block.m, q);
+      PackLevels(q, block.qs, block.qh);
+      std::memcpy(dst + b * sizeof(block), &block, sizeof(block));
+    } else {
+      BlockQ5_0 block;
+      SignedMaxLevels(xb, &block.d, q);
+      PackLevels(q, block.qs, block.qh);
+      std::memcpy(dst + b * sizeof(block), &block, sizeof(block));
+    }
+  }
+}
+
+// Level j (< 32) of a 4/5-bit block: nibble of qs, plus bit j of qh as 16.
+inline int Level(const uint8_t* qs, uint32_t qh, int j) {
+  const int nib = j < 16 ? (qs[j] & 0x0F) : (qs[j - 16] >> 4);
+  return nib | static_cast<int>(((qh >> j) & 1) << 4);
+}
+
+// Q4_1, Q5_0, Q5_1: value = q * d + m (Q5_0: (q - 16) * d), as ggml's
+// dequantize_row_* (and gguf-py) compute it in fp32.
+void DequantizeRowLowBit(GgmlType type, const uint8_t* src, float* y, int64_t n) {
+  const int64_t bytes = GgmlTypeSize(type);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* blk = src + b * bytes;
+    const float d = Fp16ToFp32(LoadU16(blk));
+    if (type == GgmlType::kQ5_0) {
+      uint32_t qh;
+      std::memcpy(&qh, blk + 2, 4);
+      for (int j = 0; j < 32; ++j) {
+        y[b * 32 + j] = static_cast<float>(Level(blk + 6, qh, j) - 16) * d;
+      }
+      continue;
+    }
+    const float m = Fp16ToFp32(LoadU16(blk + 2));
+    uint32_t qh = 0;
+    if (type == GgmlType::kQ5_1) {
+      std::memcpy(&qh, blk + 4, 4);
+    }
+    const uint8_t* qs = blk + (type == GgmlType::kQ5_1 ? 8 : 4);
+    for (int j = 0; j < 32; ++j) {
+      y[b * 32 + j] = static_cast<float>(Level(qs, qh, j)) * d + m;
+    }
+  }
+}
+
+// Q4_K / Q5_K (ggml dequantize_row_q4_K / q5_K): (d * sc) * q - dmin * m.
+void DequantizeRowQ45K(bool q5, const uint8_t* src, float* y, int64_t n) {
+  const int64_t bytes = q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const uint8_t* blk = src + b * bytes;
+    const float d = Fp16ToFp32(LoadU16(blk));
+    const float dmin = Fp16ToFp32(LoadU16(blk + 2));
+    const uint8_t* scales = blk + 4;
+    const uint8_t* qh = blk + 4 + kKScaleSize;
+    const uint8_t* qs = q5 ? qh + kQK_K / 8 : qh;
+    float* yb = y + b * kQK_K;
+    for (int s = 0; s < 8; ++s) {
+      uint8_t sc, m;
+      KQuantScaleMin(s, scales, &sc, &m);
+      const float d1 = d * sc;
+      const float m1 = dmin * m;
+      const int g = s / 2;
+      const int shift = (s % 2) * 4;
+      for (int l = 0; l < 32; ++l) {
+        int q = (qs[32 * g + l] >> shift) & 0x0F;
+        if (q5) {
+          q |= ((qh[l] >> s) & 1) << 4;
+        }
+        yb[32 * s + l] = d1 * static_cast<float>(q) - m1;
+      }
+    }
+  }
+}
+
+// Q6_K (ggml dequantize_row_q6_K): (d * scale) * (q - 32).
+void DequantizeRowQ6K(const uint8_t* src, float* y, int64_t n) {
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    BlockQ6_K block;
+    std::memcpy(&block, src + b * sizeof(BlockQ6_K), sizeof(block));
+    const float d = Fp16ToFp32(block.d);
+    for (int e = 0; e < kQK_K; ++e) {
+      const int h = e / 128;
+      const int k = e % 128;  // l + 32 * quarter
+      const int l = k % 32;
+      const int quarter = k / 32;
+      const uint8_t low = block.ql[64 * h + l + 32 * (quarter % 2)];
+      const int nib = quarter < 2 ? (low & 0x0F) : (low >> 4);
+      const int hi = (block.qh[32 * h + l] >> (2 * quarter)) & 3;
+      const float dl = d * static_cast<float>(block.scales[8 * h + l / 16 + 2 * quarter]);
+      y[b * kQK_K + e] = dl * static_cast<float>((nib | (hi << 4)) - 32);
+    }
+  }
+}
+
+}  // namespace
+
+namespace {
+
+struct TypeInfo {
+  GgmlType type;
+  const char* name;
+  int64_t block_size;
+  int64_t type_size;
+};
+
+constexpr TypeInfo kTypes[] = {
+    {GgmlType::kF32, "F32", 1, 4},
+    {GgmlType::kF16, "F16", 1, 2},
+    {GgmlType::kQ4_0, "Q4_0", kQK4_0, sizeof(BlockQ4_0)},
+    {GgmlType::kQ4_1, "Q4_1", kQK4_1, sizeof(BlockQ4_1)},
+    {GgmlType::kQ5_0, "Q5_0", kQK5_0, sizeof(BlockQ5_0)},
+    {GgmlType::kQ5_1, "Q5_1", kQK5_1, sizeof(BlockQ5_1)},
+    {GgmlType::kQ8_0, "Q8_0", kQK8_0, sizeof(BlockQ8_0)},
+    {GgmlType::kQ4_K, "Q4_K", kQK_K, sizeof(BlockQ4_K)},
+    {GgmlType::kQ5_K, "Q5_K", kQK_K, sizeof(BlockQ5_K)},
+    {GgmlType::kQ6_K, "Q6_K", kQK_K, sizeof(BlockQ6_K)},
+    {GgmlType::kBF16, "BF16", 1, 2},
+};
+
+const TypeInfo* Info(GgmlType type) {
+  for (const TypeInfo& t : kTypes) {
+    if (t.type == type) {
+      return &t;
+    }
+  }
+  return nullptr;
+}
+
+std::string SupportedList(bool with_ids) {
+  std::string out;
+  for (const TypeInfo& t : kTypes) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ");
+    if (with_ids) {
+      absl::StrAppend(&out, static_cast<uint32_t>(t.type), " ");
+    }
+    absl::StrAppend(&out, t.name);
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<GgmlType> GgmlTypeFromId(uint32_t id) {
-  switch (id) {
-    case static_cast<uint32_t>(GgmlType::kF32):
-    case static_cast<uint32_t>(GgmlType::kF16):
-    case static_cast<uint32_t>(GgmlType::kQ4_0):
-    case static_cast<uint32_t>(GgmlType::kQ8_0):
-    case static_cast<uint32_t>(GgmlType::kBF16):
-      return static_cast<GgmlType>(id);
+  if (Info(static_cast<GgmlType>(id)) != nullptr) {
+    return static_cast<GgmlType>(id);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown tensor type id ", id, " (supported: 0 F32, 1 F16, 2 Q4_0, 8 Q8_0, 30 BF16)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown tensor type id ", id, " (supported: ", SupportedList(true), ")"));
 }
 
 absl::string_view GgmlTypeName(GgmlType type) {
-  switch (type) {
-    case GgmlType::kF32:
-      return "F32";
-    case GgmlType::kF16:
-      return "F16";
-    case GgmlType::kQ4_0:
-      return "Q4_0";
-    case GgmlType::kQ8_0:
-      return "Q8_0";
-    case GgmlType::kBF16:
-      return "BF16";
-  }
-  return "UNKNOWN";
+  const TypeInfo* t = Info(type);
+  return t != nullptr ? t->name : "UNKNOWN";
 }
 
 absl::StatusOr<GgmlType> GgmlTypeFromName(absl::string_view name) {
-  for (GgmlType t :
-       {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kBF16}) {
-    if (absl::EqualsIgnoreCase(name, GgmlTypeName(t))) {
-      return t;
+  for (const TypeInfo& t : kTypes) {
+    if (absl::EqualsIgnoreCase(name, t.name)) {
+      return t.type;
     }
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown tensor type '", name, "' (valid: F32, F16, BF16, Q8_0, Q4_0)"));
+      absl::StrCat("unknown tensor type '", name, "' (valid: ", SupportedList(false), ")"));
 }
 
 int64_t GgmlBlockSize(GgmlType type) {
-  switch (type) {
-    case GgmlType::kQ4_0:
-      return kQK4_0;
-    case GgmlType::kQ8_0:
-      return kQK8_0;
-    case GgmlType::kF32:
-    case GgmlType::kF16:
-    case GgmlType::kBF16:
-      return 1;
-  }
-  return 1;
+  const TypeInfo* t = Info(type);
+  return t != nullptr ? t->block_size : 1;
 }
 
 int64_t GgmlTypeSize(GgmlType type) {
-  switch (type) {
-    case GgmlType::kF32:
-      return 4;
-    case GgmlType::kF16:
-    case GgmlType::kBF16:
-      return 2;
-    case GgmlType::kQ4_0:
-      return sizeof(BlockQ4_0);
-    case GgmlType::kQ8_0:
-      return sizeof(BlockQ8_0);
-  }
-  return 0;
+  const TypeInfo* t = Info(type);
+  return t != nullptr ? t->type_size : 0;
 }
 
 int64_t GgmlRowBytes(GgmlType type, int64_t n) {
@@ -290,6 +462,18 @@ void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::kQ4_0:
       DequantizeRowQ4_0(s, dst, n);
       return;
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+      DequantizeRowLowBit(type, s, dst, n);
+      return;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+      DequantizeRowQ45K(type == GgmlType::kQ5_K, s, dst, n);
+      return;
+    case GgmlType::kQ6_K:
+      DequantizeRowQ6K(s, dst, n);
+      return;
   }
   LOG(FATAL) << "DequantizeRow: bad type " << static_cast<uint32_t>(type);
 }
@@ -319,6 +503,15 @@ void QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n) {
     case GgmlType::kQ4_0:
       QuantizeRowQ4_0(src, d, n);
       return;
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+      QuantizeRowLowBit(type, src, d, n);
+      return;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+      break;
   }
   LOG(FATAL) << "QuantizeRow: bad type " << static_cast<uint32_t>(type);
 }

@@ -330,6 +330,9 @@ void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, base
         GemmFloatPanels(w, x, m, y, pool, kFMr, KernelF32Tile);
       }
       return;
+    default:
+      MatMulAvx2(w, x, m, y, pool);  // level types (Q4_1 ... Q6_K)
+      return;
   }
 }
 

@@ -115,6 +115,20 @@ void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, b
   });
 }
 
+QuantizedActs QuantizeActsParallel(const float* x, int64_t m, int64_t cols, bool offset128,
+                                   base::ThreadPool& pool) {
+  static thread_local ScratchBuffer scratch;
+  const QuantizedActs xa = AllocQuantizedActs(scratch, m, cols);
+  if (m * cols >= (int64_t{1} << 16)) {
+    pool.ParallelFor(m, 1, [&](int64_t begin, int64_t end) {
+      QuantizeActsAvx2(x + begin * cols, end - begin, cols, offset128, RowsFrom(xa, begin, cols));
+    });
+  } else {
+    QuantizeActsAvx2(x, m, cols, offset128, xa);
+  }
+  return xa;
+}
+
 void QuantGemmPanels(const WeightView& w, const QuantizedActs& xa, int64_t m, float* y,
                      base::ThreadPool& pool, int panel_rows, int64_t panel_bytes, int mr_max,
                      int64_t budget_bytes, absl::FunctionRef<void(int64_t r0, uint8_t* out)> pack,

@@ -597,229 +597,10 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
 }
 
 // ---------------------------------------------------------------------------
-// Level types (Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; see LevelBlock)
+// Level types (Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)
 // ---------------------------------------------------------------------------
-//
-// A row is read as chunks (a 32-block, or a 256 super-block = 8 sub-blocks),
-// each decoded once into registers (levels as 32 bytes, integer scales as
-// madd multipliers, float d and m per 32) and multiplied with up to
-// kLevelMr activation rows. Per (weight row, activation row) the operations
-// are the same whatever the tile, the batch or the thread: batch-invariant.
-//   unsigned levels (0..31): vpmaddubsw(q, x), pairs <= 2*31*127 = 7874;
-//   signed (Q5_0: -16..15, Q6_K: -32..31): ggml's sign trick
-//     vpmaddubsw(|q|, sign(x, q)), pairs <= 2*32*127 = 8128;
-//   then vpmaddwd with the scales (<= 63, or |int8| <= 128 for Q6_K):
-//     |lane| <= 2*8128*128 < 2^21, exact; fp32 accumulation
-//     acc += lanes * (d * dx) per block, m * dx * sum(x) summed apart.
 
-constexpr int kLevelMr = 4;
-
-struct LevelChunk {
-  __m256i q[8];
-  __m256i sc[8];  // int16 madd multipliers (elements 0-15 low half, 16-31 high)
-  float d[8];
-  float m[8];
-};
-
-// Byte j of the result is 0xFF when bit j of `bits` is set.
-inline __m256i BitsToBytes(uint32_t bits) {
-  const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
-                                       2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  const __m256i mask = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(bits)), sel);
-  return _mm256_cmpeq_epi8(_mm256_and_si256(v, mask), mask);
-}
-
-inline __m256i LowNibbles(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
-inline __m256i HighNibbles(__m256i v) { return LowNibbles(_mm256_srli_epi16(v, 4)); }
-
-// 16 bytes of Q4_0-style nibbles -> 32 levels (j < 16 low nibbles, then high).
-inline __m256i Nibbles32(const uint8_t* qs) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F));
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
-  return _mm256_set_m128i(hi, lo);
-}
-
-template <GgmlType T>
-constexpr int LevelChunkBlocks() {
-  return T == GgmlType::kQ4_K || T == GgmlType::kQ5_K || T == GgmlType::kQ6_K ? 8 : 1;
-}
-
-template <GgmlType T>
-constexpr bool SignedLevels() {
-  return T == GgmlType::kQ5_0 || T == GgmlType::kQ6_K;
-}
-
-template <GgmlType T>
-inline void DecodeLevelChunk(const uint8_t* c, LevelChunk* out) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  if constexpr (T == GgmlType::kQ4_1 || T == GgmlType::kQ5_0 || T == GgmlType::kQ5_1) {
-    constexpr bool kHasM = T != GgmlType::kQ5_0;
-    constexpr bool kHasH = T != GgmlType::kQ4_1;
-    const uint8_t* p = c + (kHasM ? 4 : 2);
-    __m256i q;
-    if constexpr (kHasH) {
-      uint32_t qh;
-      std::memcpy(&qh, p, 4);
-      q = _mm256_or_si256(Nibbles32(p + 4),
-                          _mm256_and_si256(BitsToBytes(qh), _mm256_set1_epi8(0x10)));
-    } else {
-      q = Nibbles32(p);
-    }
-    if constexpr (T == GgmlType::kQ5_0) {
-      q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-    }
-    out->q[0] = q;
-    out->sc[0] = ones;
-    out->d[0] = HalfToFloat(LoadU16(c));
-    out->m[0] = kHasM ? HalfToFloat(LoadU16(c + 2)) : 0.0f;
-  } else if constexpr (T == GgmlType::kQ6_K) {
-    const uint8_t* ql = c;
-    const uint8_t* qh = c + kQK_K / 2;
-    const auto* scales = reinterpret_cast<const int8_t*>(c + kQK_K / 2 + kQK_K / 4);
-    const float d = HalfToFloat(LoadU16(c + offsetof(BlockQ6_K, d)));
-    const __m256i three = _mm256_set1_epi8(3);
-    for (int h = 0; h < 2; ++h) {
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
-      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
-      const __m256i nib[4] = {LowNibbles(l0), LowNibbles(l1), HighNibbles(l0), HighNibbles(l1)};
-      for (int k = 0; k < 4; ++k) {
-        // 2 high bits at shift 2k, moved to bits 4-5 of each byte.
-        const __m256i hi = _mm256_slli_epi16(
-            _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * k)), three), 4);
-        const int s = 4 * h + k;
-        out->q[s] = _mm256_sub_epi8(_mm256_or_si256(nib[k], hi), _mm256_set1_epi8(32));
-        out->sc[s] = _mm256_set_m128i(_mm_set1_epi16(scales[8 * h + 2 * k + 1]),
-                                      _mm_set1_epi16(scales[8 * h + 2 * k]));
-        out->d[s] = d;
-        out->m[s] = 0.0f;
-      }
-    }
-  } else {  // Q4_K, Q5_K
-    constexpr bool kQ5 = T == GgmlType::kQ5_K;
-    const float d = HalfToFloat(LoadU16(c));
-    const float dmin = HalfToFloat(LoadU16(c + 2));
-    const uint8_t* qh = c + 4 + kKScaleSize;
-    const uint8_t* qs = kQ5 ? qh + kQK_K / 8 : qh;
-    __m256i hb = _mm256_setzero_si256();
-    if constexpr (kQ5) {
-      hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
-    }
-    for (int g = 0; g < 4; ++g) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g));
-      out->q[2 * g] = LowNibbles(v);
-      out->q[2 * g + 1] = HighNibbles(v);
-    }
-    for (int s = 0; s < 8; ++s) {
-      if constexpr (kQ5) {
-        // Bit s of each qh byte, moved to bit 4.
-        const __m256i bit = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(s)),
-                                             _mm256_set1_epi8(1));
-        out->q[s] = _mm256_or_si256(out->q[s], _mm256_slli_epi16(bit, 4));
-      }
-      uint8_t sc, mn;
-      KQuantScaleMin(s, c + 4, &sc, &mn);
-      out->sc[s] = _mm256_set1_epi16(sc);
-      out->d[s] = d;
-      out->m[s] = -(dmin * mn);
-    }
-  }
-}
-
-// Rows [r0, r1) of w times activation rows [i0, i0 + MR).
-template <GgmlType T, int MR>
-void LevelRows(const WeightView& w, int64_t r0, int64_t r1, const QuantizedActs& xa, int64_t i0,
-               float* y) {
-  constexpr int kBlocks = LevelChunkBlocks<T>();
-  const int64_t chunk_bytes = GgmlTypeSize(T);
-  const int64_t n_chunks = xa.nb / kBlocks;
-  LevelChunk ch;
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = w.data + r * w.row_bytes;
-    __m256 acc[MR];
-    float macc[MR];
-    for (int i = 0; i < MR; ++i) {
-      acc[i] = _mm256_setzero_ps();
-      macc[i] = 0.0f;
-    }
-    for (int64_t c = 0; c < n_chunks; ++c) {
-      DecodeLevelChunk<T>(row + c * chunk_bytes, &ch);
-      for (int i = 0; i < MR; ++i) {
-        const int64_t xi = (i0 + i) * xa.nb + c * kBlocks;
-        const int8_t* xq = xa.qs + xi * kQBlock;
-        for (int s = 0; s < kBlocks; ++s) {
-          const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + s * kQBlock));
-          __m256i p;
-          if constexpr (SignedLevels<T>()) {
-            p = _mm256_maddubs_epi16(_mm256_sign_epi8(ch.q[s], ch.q[s]),
-                                     _mm256_sign_epi8(x, ch.q[s]));
-          } else {
-            p = _mm256_maddubs_epi16(ch.q[s], x);
-          }
-          const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ch.sc[s]));
-          const float dx = xa.d[xi + s];
-          acc[i] = _mm256_fmadd_ps(lanes, _mm256_set1_ps(ch.d[s] * dx), acc[i]);
-          if constexpr (T != GgmlType::kQ5_0 && T != GgmlType::kQ6_K) {
-            macc[i] += ch.m[s] * (dx * static_cast<float>(xa.sum[xi + s]));
-          }
-        }
-      }
-    }
-    for (int i = 0; i < MR; ++i) {
-      y[(i0 + i) * w.rows + r] = HsumPs(acc[i]) + macc[i];
-    }
-  }
-}
-
-template <GgmlType T>
-void MatMulLevels(const WeightView& w, const QuantizedActs& xa, int64_t m, float* y,
-                  base::ThreadPool& pool) {
-  pool.ParallelFor(w.rows, 4, [&](int64_t begin, int64_t end) {
-    // Blocks of 16 rows keep the tile's activations in L1 across the rows.
-    for (int64_t r0 = begin; r0 < end; r0 += 16) {
-      const int64_t r1 = std::min(end, r0 + 16);
-      int64_t i0 = 0;
-      for (; i0 + kLevelMr <= m; i0 += kLevelMr) {
-        LevelRows<T, kLevelMr>(w, r0, r1, xa, i0, y);
-      }
-      switch (m - i0) {
-        case 3:
-          LevelRows<T, 3>(w, r0, r1, xa, i0, y);
-          break;
-        case 2:
-          LevelRows<T, 2>(w, r0, r1, xa, i0, y);
-          break;
-        case 1:
-          LevelRows<T, 1>(w, r0, r1, xa, i0, y);
-          break;
-        default:
-          break;
-      }
-    }
-  });
-}
-
-void MatMulLevelsAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, float* y,
-                      base::ThreadPool& pool) {
-  switch (w.type) {
-    case GgmlType::kQ4_1:
-      return MatMulLevels<GgmlType::kQ4_1>(w, xa, m, y, pool);
-    case GgmlType::kQ5_0:
-      return MatMulLevels<GgmlType::kQ5_0>(w, xa, m, y, pool);
-    case GgmlType::kQ5_1:
-      return MatMulLevels<GgmlType::kQ5_1>(w, xa, m, y, pool);
-    case GgmlType::kQ4_K:
-      return MatMulLevels<GgmlType::kQ4_K>(w, xa, m, y, pool);
-    case GgmlType::kQ5_K:
-      return MatMulLevels<GgmlType::kQ5_K>(w, xa, m, y, pool);
-    case GgmlType::kQ6_K:
-      return MatMulLevels<GgmlType::kQ6_K>(w, xa, m, y, pool);
-    default:
-      LOG(FATAL) << "MatMulLevelsAvx2: type " << GgmlTypeName(w.type);
-  }
-}
+#include "common/engine/kernels/internal/kernels_levels.inc"
 
 // ---------------------------------------------------------------------------
 // Float GEMM for larger m: 16-row fp32 panels, 6x16 micro-kernel
@@ -1076,29 +857,9 @@ void PackFloatPanel16Avx2(const WeightView& w, int64_t r0, int64_t k0, int64_t k
   }
 }
 
-namespace {
-
-// Activations quantized into this thread's scratch buffer (rows in parallel
-// when there are many).
-QuantizedActs QuantizeActs(const float* x, int64_t m, int64_t cols, bool offset128,
-                           base::ThreadPool& pool) {
-  static thread_local ScratchBuffer scratch;
-  const QuantizedActs xa = AllocQuantizedActs(scratch, m, cols);
-  if (m * cols >= (int64_t{1} << 16)) {
-    pool.ParallelFor(m, 1, [&](int64_t begin, int64_t end) {
-      QuantizeActsAvx2(x + begin * cols, end - begin, cols, offset128, RowsFrom(xa, begin, cols));
-    });
-  } else {
-    QuantizeActsAvx2(x, m, cols, offset128, xa);
-  }
-  return xa;
-}
-
-}  // namespace
-
 void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool) {
   if (IsLevelType(w.type)) {
-    MatMulLevelsAvx2(w, QuantizeActs(x, m, w.cols, /*offset128=*/false, pool), m, y, pool);
+    MatMulLevelsImpl(w, QuantizeActsParallel(x, m, w.cols, /*offset128=*/false, pool), m, y, pool);
     return;
   }
   switch (w.type) {
@@ -1106,7 +867,7 @@ void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, base::
     case GgmlType::kQ4_0: {
       // The signed Q4_0 layout takes activations as x + 128 (u8).
       const bool offset = w.type == GgmlType::kQ4_0 && Q4LayoutFor(m) == Q4Layout::kSigned;
-      MatMulQuantAvx2(w, QuantizeActs(x, m, w.cols, offset, pool), m, y, pool);
+      MatMulQuantAvx2(w, QuantizeActsParallel(x, m, w.cols, offset, pool), m, y, pool);
       return;
     }
     case GgmlType::kF32:

@@ -256,6 +256,12 @@ void AttendBlockAvx2(const float* q, int group, const void* k, const void* v, Gg
 // k-major: out[k][16]. Used by the AVX2 and AVX-512 float GEMMs.
 void PackFloatPanel16Avx2(const WeightView& w, int64_t r0, int64_t k0, int64_t kc, float* out);
 
+// Quantizes m activation rows with QuantizeActsAvx2 into this thread's
+// scratch buffer (rows in parallel when there are many); valid until the
+// thread's next call.
+QuantizedActs QuantizeActsParallel(const float* x, int64_t m, int64_t cols, bool offset128,
+                                   base::ThreadPool& pool);
+
 // --- AVX-512 (kernels_avx512.cc); only called when DetectIsa() allows ----------
 // `vnni` selects the VPDPBUSD quantized kernels; without it quantized types
 // fall back to the AVX2 kernels (float types still use 512-bit FMA).

@@ -353,6 +353,34 @@ TEST_P(MatMulTest, LevelTypesTinyLlamaShapes) {
   }
 }
 
+// The level-type kernels sum exact integer dots of each block's 16-halves and
+// add the fp32 block terms in one fixed order, so the AVX2 (vpmaddubsw) and
+// VNNI (vpdpbusd) paths agree bit for bit, fused (m <= 2) or panelled.
+TEST(LevelKernelsTest, Avx2AndVnniAgreeBitwise) {
+  if (DetectIsa() != Isa::kAvx512Vnni) {
+    GTEST_SKIP() << "this CPU lacks avx512vnni (best ISA detected: " << IsaName(DetectIsa())
+                 << ")";
+  }
+  IsaGuard guard;
+  base::ThreadPool pool(2);
+  uint32_t seed = 9000;
+  for (GgmlType type : kLevelTypes) {
+    const int64_t rows = 37;
+    const int64_t cols = 512;
+    const std::vector<uint8_t> data = MakeWeights(type, rows, cols, ++seed);
+    ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(type, data.data(), rows, cols));
+    for (int64_t m : {1, 2, 3, 11}) {
+      const std::vector<float> x = RandomFloats(m * cols, ++seed);
+      std::vector<float> y_avx2(m * rows), y_vnni(m * rows);
+      SetActiveIsa(Isa::kAvx2);
+      MatMul(w, x.data(), m, y_avx2.data(), pool);
+      SetActiveIsa(Isa::kAvx512Vnni);
+      MatMul(w, x.data(), m, y_vnni.data(), pool);
+      EXPECT_EQ(y_avx2, y_vnni) << GgmlTypeName(type) << " m=" << m;
+    }
+  }
+}
+
 TEST_P(MatMulTest, ZeroActivationsGiveZero) {
   base::ThreadPool pool(2);
   for (GgmlType type : {GgmlType::kF32, GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,

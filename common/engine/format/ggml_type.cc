@@ -1,5 +1,6 @@
 #include "common/engine/format/ggml_type.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -204,6 +205,279 @@ void QuantizeRowLowBit(GgmlType type, const float* x, uint8_t* dst, int64_t n) {
       SignedMaxLevels(xb, &block.d, q);
       PackLevels(q, block.qs, block.qh);
       std::memcpy(dst + b * sizeof(block), &block, sizeof(block));
+    }
+  }
+}
+
+// --- K-quant quantizers (ggml's quantize_row_q{4,5,6}_K_ref, no imatrix) ---
+
+// ggml's nearest_int: round half to even through the fp32 mantissa
+// (|x| < 2^22, which holds for every level and scale computed here).
+int NearestInt(float x) {
+  const float v = x + 12582912.0f;
+  int32_t i;
+  std::memcpy(&i, &v, 4);
+  return (i & 0x007FFFFF) - 0x00400000;
+}
+
+// ggml's make_qkx2_quants: levels L in [0, nmax] and (scale, min) for
+// x ~ scale * L - min, minimizing the weighted squared error over a small
+// search of scales; returns the scale and sets *the_min (>= 0).
+float MakeQkx2Quants(int n, int nmax, const float* x, const float* weights, uint8_t* levels,
+                     float* the_min, uint8_t* aux, float rmin, float rdelta, int nstep) {
+  float min = x[0];
+  float max = x[0];
+  float sum_w = weights[0];
+  float sum_x = sum_w * x[0];
+  for (int i = 1; i < n; ++i) {
+    min = x[i] < min ? x[i] : min;
+    max = x[i] > max ? x[i] : max;
+    const float w = weights[i];
+    sum_w += w;
+    sum_x += w * x[i];
+  }
+  if (min > 0) {
+    min = 0;
+  }
+  if (max == min) {
+    std::memset(levels, 0, n);
+    *the_min = -min;
+    return 0.0f;
+  }
+  float iscale = nmax / (max - min);
+  float scale = 1 / iscale;
+  float best_error = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = NearestInt(iscale * (x[i] - min));
+    levels[i] = static_cast<uint8_t>(std::max(0, std::min(nmax, l)));
+    const float diff = scale * levels[i] + min - x[i];
+    best_error += weights[i] * (diff * diff);
+  }
+  for (int is = 0; is <= nstep; ++is) {
+    iscale = (rmin + rdelta * is + nmax) / (max - min);
+    float sum_l = 0;
+    float sum_l2 = 0;
+    float sum_xl = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::max(0, std::min(nmax, NearestInt(iscale * (x[i] - min))));
+      aux[i] = static_cast<uint8_t>(l);
+      const float w = weights[i];
+      sum_l += w * l;
+      sum_l2 += w * l * l;
+      sum_xl += w * l * x[i];
+    }
+    const float det = sum_w * sum_l2 - sum_l * sum_l;
+    if (det > 0) {
+      float this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
+      float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
+      if (this_min > 0) {
+        this_min = 0;
+        this_scale = sum_xl / sum_l2;
+      }
+      float cur_error = 0;
+      for (int i = 0; i < n; ++i) {
+        const float diff = this_scale * aux[i] + this_min - x[i];
+        cur_error += weights[i] * (diff * diff);
+      }
+      if (cur_error < best_error) {
+        std::memcpy(levels, aux, n);
+        best_error = cur_error;
+        scale = this_scale;
+        min = this_min;
+      }
+    }
+  }
+  *the_min = -min;
+  return scale;
+}
+
+// Q4_K / Q5_K super-block: per sub-block of 32 (weights av_x + |x|) a scale
+// and min from MakeQkx2Quants, both quantized to 6 bits against the block's
+// largest, then every level recomputed from the stored (fp16, 6-bit) values.
+void QuantizeSuperBlockQ45K(bool q5, const float* x, uint8_t* dst) {
+  const int nmax = q5 ? 31 : 15;
+  uint8_t levels[kQK_K];
+  uint8_t aux[32];
+  float weights[32];
+  float scales[8];
+  float mins[8];
+  float max_scale = 0;
+  float max_min = 0;
+  for (int j = 0; j < 8; ++j) {
+    const float* xj = x + 32 * j;
+    float sum_x2 = 0;
+    for (int l = 0; l < 32; ++l) {
+      sum_x2 += xj[l] * xj[l];
+    }
+    const float av_x = std::sqrt(sum_x2 / 32);
+    for (int l = 0; l < 32; ++l) {
+      weights[l] = av_x + std::fabs(xj[l]);
+    }
+    scales[j] = MakeQkx2Quants(32, nmax, xj, weights, levels + 32 * j, &mins[j], aux,
+                               q5 ? -0.5f : -1.0f, 0.1f, q5 ? 15 : 20);
+    max_scale = scales[j] > max_scale ? scales[j] : max_scale;
+    max_min = mins[j] > max_min ? mins[j] : max_min;
+  }
+  const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+  const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+  uint8_t packed[kKScaleSize] = {};
+  for (int j = 0; j < 8; ++j) {
+    const uint8_t ls = static_cast<uint8_t>(std::min(63, NearestInt(inv_scale * scales[j])));
+    const uint8_t lm = static_cast<uint8_t>(std::min(63, NearestInt(inv_min * mins[j])));
+    if (j < 4) {
+      packed[j] = ls;
+      packed[j + 4] = lm;
+    } else {
+      packed[j + 4] = static_cast<uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
+      packed[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
+      packed[j] |= static_cast<uint8_t>((lm >> 4) << 6);
+    }
+  }
+  const uint16_t d16 = Fp32ToFp16(max_scale / 63.0f);
+  const uint16_t dmin16 = Fp32ToFp16(max_min / 63.0f);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    KQuantScaleMin(j, packed, &sc, &m);
+    const float d = Fp16ToFp32(d16) * sc;
+    if (d == 0.0f) {
+      continue;
+    }
+    const float dm = Fp16ToFp32(dmin16) * m;
+    for (int l = 0; l < 32; ++l) {
+      const int q = NearestInt((x[32 * j + l] + dm) / d);
+      levels[32 * j + l] = static_cast<uint8_t>(std::max(0, std::min(nmax, q)));
+    }
+  }
+  StoreU16(dst, d16);
+  StoreU16(dst + 2, dmin16);
+  std::memcpy(dst + 4, packed, kKScaleSize);
+  uint8_t* qh = dst + 4 + kKScaleSize;
+  uint8_t* qs = q5 ? qh + kQK_K / 8 : qh;
+  if (q5) {
+    std::memset(qh, 0, kQK_K / 8);
+  }
+  for (int g = 0; g < 4; ++g) {
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t lo = levels[64 * g + l];
+      const uint8_t hi = levels[64 * g + 32 + l];
+      qs[32 * g + l] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+      if (q5) {
+        qh[l] |= static_cast<uint8_t>(((lo >> 4) << (2 * g)) | ((hi >> 4) << (2 * g + 1)));
+      }
+    }
+  }
+}
+
+// ggml's make_qx_quants with rmse_type 1 (weights x^2), no imatrix: signed
+// levels L + nmax in [0, 2 nmax) and the scale, from a search of 19 scales.
+float MakeQxQuants(int n, int nmax, const float* x, int8_t* levels) {
+  float max = 0;
+  float amax = 0;
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[i];
+    }
+  }
+  if (amax < 1e-15f) {  // GROUP_MAX_EPS
+    std::memset(levels, 0, n);
+    return 0.0f;
+  }
+  auto sums = [&](float iscale, float* sumlx, float* suml2) {
+    *sumlx = 0;
+    *suml2 = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::max(-nmax, std::min(nmax - 1, NearestInt(iscale * x[i])));
+      const float w = x[i] * x[i];
+      *sumlx += w * x[i] * l;
+      *suml2 += w * l * l;
+    }
+  };
+  auto store = [&](float iscale) {
+    for (int i = 0; i < n; ++i) {
+      const int l = std::max(-nmax, std::min(nmax - 1, NearestInt(iscale * x[i])));
+      levels[i] = static_cast<int8_t>(l + nmax);
+    }
+  };
+  float iscale = -nmax / max;
+  float sumlx, suml2;
+  sums(iscale, &sumlx, &suml2);
+  store(iscale);
+  float scale = suml2 != 0 ? sumlx / suml2 : 0.0f;
+  float best = scale * sumlx;
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) {
+      continue;
+    }
+    iscale = -(nmax + 0.1f * is) / max;
+    sums(iscale, &sumlx, &suml2);
+    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+      store(iscale);
+      scale = sumlx / suml2;
+      best = scale * sumlx;
+    }
+  }
+  return scale;
+}
+
+// Q6_K super-block: per sub-block of 16 a scale from MakeQxQuants, the
+// scales quantized to int8 against the largest, levels recomputed.
+void QuantizeSuperBlockQ6K(const float* x, uint8_t* dst) {
+  int8_t levels[kQK_K];
+  float scales[16];
+  float max_scale = 0;
+  float max_abs_scale = 0;
+  for (int ib = 0; ib < 16; ++ib) {
+    scales[ib] = MakeQxQuants(16, 32, x + 16 * ib, levels + 16 * ib);
+    if (std::fabs(scales[ib]) > max_abs_scale) {
+      max_abs_scale = std::fabs(scales[ib]);
+      max_scale = scales[ib];
+    }
+  }
+  BlockQ6_K block = {};
+  if (max_abs_scale < 1e-15f) {
+    std::memcpy(dst, &block, sizeof(block));  // all zero, d = +0
+    return;
+  }
+  const float iscale = -128.0f / max_scale;
+  block.d = Fp32ToFp16(1 / iscale);
+  for (int ib = 0; ib < 16; ++ib) {
+    block.scales[ib] = static_cast<int8_t>(std::min(127, NearestInt(iscale * scales[ib])));
+  }
+  for (int j = 0; j < 16; ++j) {
+    const float d = Fp16ToFp32(block.d) * block.scales[j];
+    if (d == 0.0f) {
+      continue;
+    }
+    for (int l = 0; l < 16; ++l) {
+      const int q = NearestInt(x[16 * j + l] / d);
+      levels[16 * j + l] = static_cast<int8_t>(std::max(-32, std::min(31, q)) + 32);
+    }
+  }
+  for (int h = 0; h < 2; ++h) {
+    const int8_t* lv = levels + 128 * h;
+    for (int l = 0; l < 32; ++l) {
+      const int q1 = lv[l];
+      const int q2 = lv[l + 32];
+      const int q3 = lv[l + 64];
+      const int q4 = lv[l + 96];
+      block.ql[64 * h + l] = static_cast<uint8_t>((q1 & 0xF) | ((q3 & 0xF) << 4));
+      block.ql[64 * h + l + 32] = static_cast<uint8_t>((q2 & 0xF) | ((q4 & 0xF) << 4));
+      block.qh[32 * h + l] =
+          static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+    }
+  }
+  std::memcpy(dst, &block, sizeof(block));
+}
+
+void QuantizeRowK(GgmlType type, const float* x, uint8_t* dst, int64_t n) {
+  const int64_t bytes = GgmlTypeSize(type);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    if (type == GgmlType::kQ6_K) {
+      QuantizeSuperBlockQ6K(x + b * kQK_K, dst + b * bytes);
+    } else {
+      QuantizeSuperBlockQ45K(type == GgmlType::kQ5_K, x + b * kQK_K, dst + b * bytes);
     }
   }
 }
@@ -511,7 +785,8 @@ void QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n) {
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
-      break;
+      QuantizeRowK(type, src, d, n);
+      return;
   }
   LOG(FATAL) << "QuantizeRow: bad type " << static_cast<uint32_t>(type);
 }

@@ -145,10 +145,11 @@ uint16_t Fp32ToBf16(float f);
 // Converts a row of n elements of `type` at `src` to float. n must be a
 // multiple of the block size.
 void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n);
-// Converts n floats to `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), with the same
-// rounding as ggml's reference quantizers (quantize_row_q8_0_ref /
-// quantize_row_q4_0_ref, ...), so files match llama.cpp's quantize tool.
-// K-quant types are not supported here (CHECK failure).
+// Converts n floats to `type` (any listed type), with the same algorithm as
+// ggml's reference quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref,
+// ..., quantize_row_q6_K_ref; K-quants without an importance matrix), so
+// files match llama.cpp's quantize tool (up to fp32 contraction: llama.cpp
+// built with FMA may round a few K-quant levels differently).
 void QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n);
 
 }  // namespace tandem::engine

@@ -481,6 +481,66 @@ TEST(QuantizeTest, NonFiniteInputsAreDefined) {
   }
 }
 
+// K-quants (ggml's *_K_ref, no imatrix). There is no independent quantizer to
+// compare with (gguf-py only dequantizes K-quants), so these check what the
+// format guarantees: round trips through our bit-exact dequantizer land
+// within the error the bits allow, ordered by bits per weight as in ggml
+// (relative RMS errors measured on this N(0, 1) data: Q4_0 0.0869, Q4_K
+// 0.0714, Q5_K 0.0362, Q6_K 0.0178; the bounds leave ~10 %), and degenerate
+// blocks come back exactly or within a level.
+TEST(QuantizeTest, KQuantRoundTripErrors) {
+  std::mt19937 rng(4242);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t n = 64 * kQK_K;
+  std::vector<float> x(n);
+  for (float& v : x) {
+    v = normal(rng);
+  }
+  auto rel_rms = [&](GgmlType type) {
+    std::vector<uint8_t> q(GgmlRowBytes(type, n));
+    std::vector<float> y(n);
+    QuantizeRow(type, x.data(), q.data(), n);
+    DequantizeRow(type, q.data(), y.data(), n);
+    double err = 0, ref = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      err += (static_cast<double>(y[i]) - x[i]) * (static_cast<double>(y[i]) - x[i]);
+      ref += static_cast<double>(x[i]) * x[i];
+    }
+    return std::sqrt(err / ref);
+  };
+  const double q4_0 = rel_rms(GgmlType::kQ4_0);
+  const double q4_k = rel_rms(GgmlType::kQ4_K);
+  const double q5_k = rel_rms(GgmlType::kQ5_K);
+  const double q6_k = rel_rms(GgmlType::kQ6_K);
+  EXPECT_LT(q4_k, 0.078);
+  EXPECT_LT(q5_k, 0.040);
+  EXPECT_LT(q6_k, 0.020);
+  EXPECT_LT(q4_k, q4_0);
+  EXPECT_LT(q5_k, 0.55 * q4_k);
+  EXPECT_LT(q6_k, 0.55 * q5_k);
+}
+
+TEST(QuantizeTest, KQuantDegenerateBlocks) {
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    // All zero: zero bytes' values back exactly.
+    std::vector<float> x(kQK_K, 0.0f), y(kQK_K, 1.0f);
+    std::vector<uint8_t> q(GgmlTypeSize(type), 0xAB);
+    QuantizeRow(type, x.data(), q.data(), kQK_K);
+    DequantizeRow(type, q.data(), y.data(), kQK_K);
+    EXPECT_EQ(y, x);
+    // One sub-block of constant 1 among zeros: within a level of the block.
+    for (int l = 0; l < 32; ++l) {
+      x[96 + l] = 1.0f;
+    }
+    QuantizeRow(type, x.data(), q.data(), kQK_K);
+    DequantizeRow(type, q.data(), y.data(), kQK_K);
+    for (int i = 0; i < kQK_K; ++i) {
+      EXPECT_NEAR(y[i], x[i], 1.0 / 30) << "element " << i;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Golden data from gguf-py (tests/reference/make_quant_golden.py)
 

@@ -133,7 +133,6 @@ void DequantizeRowQ4_0(const uint8_t* src, float* y, int64_t n) {
   }
 }
 
-
 // Q4_1 / Q5_1 (ggml quantize_row_q4_1_ref / q5_1_ref): min and max of the
 // block, d = (max - min) / (2^bits - 1), q = trunc((x - min) / d + 0.5).
 // Writes the fp16 d and m and the 32 levels.

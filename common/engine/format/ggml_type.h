@@ -33,8 +33,8 @@ inline constexpr int kQK8_0 = 32;
 inline constexpr int kQK4_1 = 32;
 inline constexpr int kQK5_0 = 32;
 inline constexpr int kQK5_1 = 32;
-inline constexpr int kQK_K = 256;          // elements per K-quant super-block
-inline constexpr int kKScaleSize = 12;     // packed 6-bit scales/mins of Q4_K/Q5_K
+inline constexpr int kQK_K = 256;       // elements per K-quant super-block
+inline constexpr int kKScaleSize = 12;  // packed 6-bit scales/mins of Q4_K/Q5_K
 
 // Q4_0 block: d (fp16 scale) then 16 bytes of nibbles; element j (< 16) is the
 // low nibble of qs[j], element j+16 its high nibble; value = (q - 8) * d.

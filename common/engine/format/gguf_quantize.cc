@@ -132,8 +132,8 @@ absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, Ggm
     return absl::InvalidArgumentError(
         absl::StrCat("cannot quantize to ", GgmlTypeName(type), " (valid targets: Q8_0, Q4_0)"));
   }
-  return QuantizeGgufFile(in, out, type == GgmlType::kQ8_0 ? QuantRecipe::kQ8_0 : QuantRecipe::kQ4_0,
-                          report);
+  return QuantizeGgufFile(
+      in, out, type == GgmlType::kQ8_0 ? QuantRecipe::kQ8_0 : QuantRecipe::kQ4_0, report);
 }
 
 absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, QuantRecipe recipe,

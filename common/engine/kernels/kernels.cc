@@ -70,7 +70,6 @@ std::atomic<int>& ActiveIsaSlot() {
   return slot;
 }
 
-
 WeightView ViewOf(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols) {
   WeightView v;
   v.type = type;
@@ -219,9 +218,9 @@ absl::StatusOr<WeightMatrix> WeightMatrix::Create(GgmlType type, const void* dat
     return absl::InvalidArgumentError(absl::StrCat("WeightMatrix: bad shape ", rows, "x", cols));
   }
   if (cols % GgmlBlockSize(type) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("WeightMatrix: cols ", cols, " not a multiple of the ", GgmlTypeName(type),
-                     " block size ", GgmlBlockSize(type)));
+    return absl::InvalidArgumentError(absl::StrCat("WeightMatrix: cols ", cols,
+                                                   " not a multiple of the ", GgmlTypeName(type),
+                                                   " block size ", GgmlBlockSize(type)));
   }
   if (data == nullptr) {
     return absl::InvalidArgumentError("WeightMatrix: null data");

@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
               report.bytes_before > 0 ? 100.0 * report.bytes_after / report.bytes_before : 100.0);
   std::printf("file size:   %.3f MiB -> %.3f MiB\n", Mib(report.file_bytes_before),
               Mib(report.file_bytes_after));
-  std::printf("wrote %s (%s)\n", out.c_str(), std::string(tandem::engine::QuantRecipeName(*type)).c_str());
+  std::printf("wrote %s (%s)\n", out.c_str(),
+              std::string(tandem::engine::QuantRecipeName(*type)).c_str());
   return 0;
 }

@@ -30,6 +30,8 @@
 //         2*128*127 = 32512, then vpmaddwd per product (no int16 headroom).
 //         On Zen 3 vpsignb, vpmaddubsw and vpmaddwd share the two multiply
 //         pipes, which bounds Q8_0 to 32 MACs per 1.5 cycles.
+//   Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: kernels_levels.inc (shared with the
+//         VNNI path), blocks decoded to byte levels with float scales.
 
 #include <immintrin.h>
 

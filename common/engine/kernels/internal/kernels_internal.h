@@ -146,7 +146,8 @@ inline uint16_t LoadU16(const uint8_t* p) {
 // --- Activation quantization -------------------------------------------------
 // Activations are quantized per 32-element block (as ggml's Q8_0, but with an
 // fp32 scale): d = amax / 127, q = round_half_even(x * (127 / amax)), and the
-// block sum of q kept for the Q4_0 offset correction. Every ISA computes the
+// block sum of q kept for the Q4_0 offset correction and the min terms of
+// Q4_1/Q5_1/Q4_K/Q5_K (ggml's Q8_1 s). Every ISA computes the
 // same bits: the scale and the rounding use the same float operations.
 struct QuantizedActs {
   int8_t* qs = nullptr;    // [m][cols]

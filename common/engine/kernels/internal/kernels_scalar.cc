@@ -2,8 +2,8 @@
 // tested against, and the fallback on CPUs without AVX2.
 
 #include <algorithm>
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <vector>
 

@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
-#include <set>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -285,7 +285,7 @@ TEST(QuantizeGgufFileTest, Q4_K_MRecipe) {
 TEST(QuantizePlanTest, MatchesQwen25Coder05BQ4KM) {
   const char* env = std::getenv("TANDEM_MODELS");
   const char* home = std::getenv("HOME");
-  const std::string dir = env != nullptr ? std::string(env)
+  const std::string dir = env != nullptr    ? std::string(env)
                           : home != nullptr ? std::string(home) + "/.cache/tandem/models"
                                             : std::string();
   const std::string path = dir + "/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf";

@@ -474,10 +474,9 @@ TEST(GgufBadInputTest, BadTensorInfos) {
                              HasSubstr("row length 320 is not a multiple of the Q4_K block size "
                                        "256"))));
   EXPECT_THAT(Parse(OneTensorFile("output.weight", {256, 2}, 14, 0, 2 * 210 - 1)),
-              StatusIs(StatusCode::kDataLoss,
-                       AllOf(HasSubstr("tensor 0 ('output.weight')"),
-                             HasSubstr("data range [96, 516)"),
-                             HasSubstr("past end of file (515 bytes)"))));
+              StatusIs(StatusCode::kDataLoss, AllOf(HasSubstr("tensor 0 ('output.weight')"),
+                                                    HasSubstr("data range [96, 516)"),
+                                                    HasSubstr("past end of file (515 bytes)"))));
   EXPECT_THAT(Parse(OneTensorFile("q", {48}, 3, 0, 64)),
               StatusIs(StatusCode::kInvalidArgument,
                        HasSubstr("row length 48 is not a multiple of the Q4_1 block size 32")));

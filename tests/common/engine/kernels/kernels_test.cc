@@ -104,8 +104,7 @@ bool IsKQuant(GgmlType t) {
 // K-quant weights (Tandem has no K-quant quantizer yet): random super-blocks,
 // every level and scale bit pattern, with finite fp16 d (and dmin) of random
 // sign; row 1 has 50x larger scales and row 2 an all-zero first super-block.
-std::vector<uint8_t> RandomKQuantWeights(GgmlType type, int64_t rows, int64_t cols,
-                                         uint32_t seed) {
+std::vector<uint8_t> RandomKQuantWeights(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> scale(0.0f, 0.01f);
   const int64_t bytes = GgmlTypeSize(type);
@@ -213,10 +212,10 @@ Reference NaiveMatMul(const WeightMatrix& w, const uint8_t* raw, const std::vect
       }
       ref.y[i * rows + r] = acc;
       ref.abs[i * rows + r] = abs;
-      ref.parts[i * rows + r] = internal::IsLevelType(w.type())
-                                       ? LevelParts(w.type(), raw + r * GgmlRowBytes(w.type(), cols),
-                                                    cols, xi)
-                                       : abs;
+      ref.parts[i * rows + r] =
+          internal::IsLevelType(w.type())
+              ? LevelParts(w.type(), raw + r * GgmlRowBytes(w.type(), cols), cols, xi)
+              : abs;
       ref.quant[i * rows + r] = quant;
     }
   }
@@ -330,8 +329,8 @@ TEST_P(MatMulTest, LargerShapesCrossPanelAndChunkBoundaries) {
 TEST_P(MatMulTest, LevelTypesOddShapes) {
   uint32_t seed = 7000;
   for (GgmlType type : kLevelTypes) {
-    const std::vector<int64_t> col_set = IsKQuant(type) ? std::vector<int64_t>{256, 768}
-                                                        : std::vector<int64_t>{32, 96, 288};
+    const std::vector<int64_t> col_set =
+        IsKQuant(type) ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 288};
     for (int64_t rows : {1, 7, 33}) {
       for (int64_t cols : col_set) {
         for (int64_t m : {1, 2, 3, 5, 17}) {
@@ -358,8 +357,7 @@ TEST_P(MatMulTest, LevelTypesTinyLlamaShapes) {
 // VNNI (vpdpbusd) paths agree bit for bit, fused (m <= 2) or panelled.
 TEST(LevelKernelsTest, Avx2AndVnniAgreeBitwise) {
   if (DetectIsa() != Isa::kAvx512Vnni) {
-    GTEST_SKIP() << "this CPU lacks avx512vnni (best ISA detected: " << IsaName(DetectIsa())
-                 << ")";
+    GTEST_SKIP() << "this CPU lacks avx512vnni (best ISA detected: " << IsaName(DetectIsa()) << ")";
   }
   IsaGuard guard;
   base::ThreadPool pool(2);

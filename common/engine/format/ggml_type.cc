@@ -58,6 +58,19 @@ uint8_t TruncQ(float t, int max) {
 
 uint8_t Q4Nibble(float x) { return TruncQ(x + 8.5f, 15); }
 
+// The value of largest magnitude among 32, with its sign (the first on ties).
+float SignedAbsMax(const float* xb) {
+  float amax = 0.0f;
+  float max = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    if (amax < std::fabs(xb[j])) {
+      amax = std::fabs(xb[j]);
+      max = xb[j];
+    }
+  }
+  return max;
+}
+
 void QuantizeRowQ8_0(const float* x, uint8_t* dst, int64_t n) {
   const int64_t nb = n / kQK8_0;
   for (int64_t b = 0; b < nb; ++b) {
@@ -82,18 +95,9 @@ void QuantizeRowQ4_0(const float* x, uint8_t* dst, int64_t n) {
   const int64_t nb = n / kQK4_0;
   for (int64_t b = 0; b < nb; ++b) {
     const float* xb = x + b * kQK4_0;
-    // The signed value of largest magnitude (the first one on ties) maps to -8,
-    // so the full [-8, 7] range is used on its side.
-    float amax = 0.0f;
-    float max = 0.0f;
-    for (int j = 0; j < kQK4_0; ++j) {
-      const float v = xb[j];
-      if (amax < std::fabs(v)) {
-        amax = std::fabs(v);
-        max = v;
-      }
-    }
-    const float d = max / -8;
+    // The signed value of largest magnitude maps to -8, so the full [-8, 7]
+    // range is used on its side.
+    const float d = SignedAbsMax(xb) / -8;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     BlockQ4_0 block;
     block.d = Fp32ToFp16(d);
@@ -155,15 +159,7 @@ void MinMaxLevels(const float* xb, int max_q, uint16_t* d_out, uint16_t* m_out, 
 // Q5_0 (ggml quantize_row_q5_0_ref): d = max / -16 (the signed value of
 // largest magnitude), q = trunc(x / d + 16.5) in [0, 31].
 void SignedMaxLevels(const float* xb, uint16_t* d_out, uint8_t* q) {
-  float amax = 0.0f;
-  float max = 0.0f;
-  for (int j = 0; j < 32; ++j) {
-    if (amax < std::fabs(xb[j])) {
-      amax = std::fabs(xb[j]);
-      max = xb[j];
-    }
-  }
-  const float d = max / -16;
+  const float d = SignedAbsMax(xb) / -16;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   *d_out = Fp32ToFp16(d);
   for (int j = 0; j < 32; ++j) {

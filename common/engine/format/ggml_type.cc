@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -477,84 +478,18 @@ void QuantizeRowK(GgmlType type, const float* x, uint8_t* dst, int64_t n) {
   }
 }
 
-// Level j (< 32) of a 4/5-bit block: nibble of qs, plus bit j of qh as 16.
-inline int Level(const uint8_t* qs, uint32_t qh, int j) {
-  const int nib = j < 16 ? (qs[j] & 0x0F) : (qs[j - 16] >> 4);
-  return nib | static_cast<int>(((qh >> j) & 1) << 4);
-}
-
-// Q4_1, Q5_0, Q5_1: value = q * d + m (Q5_0: (q - 16) * d), as ggml's
-// dequantize_row_* (and gguf-py) compute it in fp32.
-void DequantizeRowLowBit(GgmlType type, const uint8_t* src, float* y, int64_t n) {
-  const int64_t bytes = GgmlTypeSize(type);
+// Q4_1 ... Q6_K (ggml dequantize_row_*, gguf-py): (d * sc) * q, plus m for
+// the types with a min (adding m = -0 to a type without one could turn a
+// -0 into +0).
+void DequantizeRowLevels(GgmlType type, const uint8_t* src, float* y, int64_t n) {
+  const bool has_min = type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1 ||
+                       type == GgmlType::kQ4_K || type == GgmlType::kQ5_K;
+  LevelBlock blk;
   for (int64_t b = 0; b < n / 32; ++b) {
-    const uint8_t* blk = src + b * bytes;
-    const float d = Fp16ToFp32(LoadU16(blk));
-    if (type == GgmlType::kQ5_0) {
-      uint32_t qh;
-      std::memcpy(&qh, blk + 2, 4);
-      for (int j = 0; j < 32; ++j) {
-        y[b * 32 + j] = static_cast<float>(Level(blk + 6, qh, j) - 16) * d;
-      }
-      continue;
-    }
-    const float m = Fp16ToFp32(LoadU16(blk + 2));
-    uint32_t qh = 0;
-    if (type == GgmlType::kQ5_1) {
-      std::memcpy(&qh, blk + 4, 4);
-    }
-    const uint8_t* qs = blk + (type == GgmlType::kQ5_1 ? 8 : 4);
+    UnpackLevelBlock(type, src, b, &blk);
     for (int j = 0; j < 32; ++j) {
-      y[b * 32 + j] = static_cast<float>(Level(qs, qh, j)) * d + m;
-    }
-  }
-}
-
-// Q4_K / Q5_K (ggml dequantize_row_q4_K / q5_K): (d * sc) * q - dmin * m.
-void DequantizeRowQ45K(bool q5, const uint8_t* src, float* y, int64_t n) {
-  const int64_t bytes = q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const uint8_t* blk = src + b * bytes;
-    const float d = Fp16ToFp32(LoadU16(blk));
-    const float dmin = Fp16ToFp32(LoadU16(blk + 2));
-    const uint8_t* scales = blk + 4;
-    const uint8_t* qh = blk + 4 + kKScaleSize;
-    const uint8_t* qs = q5 ? qh + kQK_K / 8 : qh;
-    float* yb = y + b * kQK_K;
-    for (int s = 0; s < 8; ++s) {
-      uint8_t sc, m;
-      KQuantScaleMin(s, scales, &sc, &m);
-      const float d1 = d * sc;
-      const float m1 = dmin * m;
-      const int g = s / 2;
-      const int shift = (s % 2) * 4;
-      for (int l = 0; l < 32; ++l) {
-        int q = (qs[32 * g + l] >> shift) & 0x0F;
-        if (q5) {
-          q |= ((qh[l] >> s) & 1) << 4;
-        }
-        yb[32 * s + l] = d1 * static_cast<float>(q) - m1;
-      }
-    }
-  }
-}
-
-// Q6_K (ggml dequantize_row_q6_K): (d * scale) * (q - 32).
-void DequantizeRowQ6K(const uint8_t* src, float* y, int64_t n) {
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    BlockQ6_K block;
-    std::memcpy(&block, src + b * sizeof(BlockQ6_K), sizeof(block));
-    const float d = Fp16ToFp32(block.d);
-    for (int e = 0; e < kQK_K; ++e) {
-      const int h = e / 128;
-      const int k = e % 128;  // l + 32 * quarter
-      const int l = k % 32;
-      const int quarter = k / 32;
-      const uint8_t low = block.ql[64 * h + l + 32 * (quarter % 2)];
-      const int nib = quarter < 2 ? (low & 0x0F) : (low >> 4);
-      const int hi = (block.qh[32 * h + l] >> (2 * quarter)) & 3;
-      const float dl = d * static_cast<float>(block.scales[8 * h + l / 16 + 2 * quarter]);
-      y[b * kQK_K + e] = dl * static_cast<float>((nib | (hi << 4)) - 32);
+      const float v = (blk.d * static_cast<float>(blk.sc[j / 16])) * static_cast<float>(blk.q[j]);
+      y[b * 32 + j] = has_min ? v + blk.m : v;
     }
   }
 }
@@ -606,6 +541,80 @@ std::string SupportedList(bool with_ids) {
 }
 
 }  // namespace
+
+bool IsLevelType(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void UnpackLevelBlock(GgmlType type, const uint8_t* row, int64_t b, LevelBlock* out) {
+  out->sc[0] = out->sc[1] = 1;
+  out->m = 0.0f;
+  if (type == GgmlType::kQ4_1 || type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1) {
+    // d, [m], [qh: bit j = 5th bit of element j], nibbles (j < 16 low, then high).
+    const uint8_t* blk = row + b * GgmlTypeSize(type);
+    out->d = Fp16ToFp32(LoadU16(blk));
+    const bool has_m = type != GgmlType::kQ5_0;
+    const uint8_t* p = blk + (has_m ? 4 : 2);
+    uint32_t qh = 0;
+    if (type != GgmlType::kQ4_1) {
+      std::memcpy(&qh, p, 4);
+      p += 4;
+    }
+    for (int j = 0; j < 32; ++j) {
+      const int nib = j < 16 ? (p[j] & 0x0F) : (p[j - 16] >> 4);
+      const int q = nib | static_cast<int>(((qh >> j) & 1) << 4);
+      out->q[j] = static_cast<int8_t>(type == GgmlType::kQ5_0 ? q - 16 : q);
+    }
+    if (has_m) {
+      out->m = Fp16ToFp32(LoadU16(blk + 2));
+    }
+    return;
+  }
+  const int s = static_cast<int>(b % 8);
+  const uint8_t* blk = row + b / 8 * GgmlTypeSize(type);
+  if (type == GgmlType::kQ6_K) {
+    // Sub-block s is quarter k of half h (see BlockQ6_K).
+    const int h = s / 4;
+    const int k = s % 4;
+    const uint8_t* ql = blk + 64 * h + 32 * (k % 2);
+    const uint8_t* qh = blk + kQK_K / 2 + 32 * h;
+    const auto* scales = reinterpret_cast<const int8_t*>(blk + kQK_K / 2 + kQK_K / 4);
+    for (int l = 0; l < 32; ++l) {
+      const int nib = k < 2 ? (ql[l] & 0x0F) : (ql[l] >> 4);
+      out->q[l] = static_cast<int8_t>((nib | (((qh[l] >> (2 * k)) & 3) << 4)) - 32);
+    }
+    out->sc[0] = scales[8 * h + 2 * k];
+    out->sc[1] = scales[8 * h + 2 * k + 1];
+    out->d = Fp16ToFp32(LoadU16(blk + offsetof(BlockQ6_K, d)));
+    return;
+  }
+  // Q4_K / Q5_K: sub-block s is nibble half s % 2 of qs[32 * (s / 2)..].
+  const bool q5 = type == GgmlType::kQ5_K;
+  const uint8_t* qh = blk + 4 + kKScaleSize;
+  const uint8_t* qs = (q5 ? qh + kQK_K / 8 : qh) + 32 * (s / 2);
+  for (int l = 0; l < 32; ++l) {
+    int q = (qs[l] >> (4 * (s % 2))) & 0x0F;
+    if (q5) {
+      q |= ((qh[l] >> s) & 1) << 4;
+    }
+    out->q[l] = static_cast<int8_t>(q);
+  }
+  uint8_t sc, mn;
+  KQuantScaleMin(s, blk + 4, &sc, &mn);
+  out->sc[0] = out->sc[1] = sc;
+  out->d = Fp16ToFp32(LoadU16(blk));
+  out->m = -(Fp16ToFp32(LoadU16(blk + 2)) * static_cast<float>(mn));
+}
 
 absl::StatusOr<GgmlType> GgmlTypeFromId(uint32_t id) {
   if (Info(static_cast<GgmlType>(id)) != nullptr) {
@@ -734,14 +743,10 @@ void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::kQ4_1:
     case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
-      DequantizeRowLowBit(type, s, dst, n);
-      return;
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
-      DequantizeRowQ45K(type == GgmlType::kQ5_K, s, dst, n);
-      return;
     case GgmlType::kQ6_K:
-      DequantizeRowQ6K(s, dst, n);
+      DequantizeRowLevels(type, s, dst, n);
       return;
   }
   LOG(FATAL) << "DequantizeRow: bad type " << static_cast<uint32_t>(type);

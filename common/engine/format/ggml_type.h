@@ -125,6 +125,25 @@ inline void KQuantScaleMin(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   }
 }
 
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: the "level" types. Seen as 32-element
+// blocks (K-quant sub-blocks), each value is
+//   (d * sc[j / 16]) * q[j] + m,
+// q unsigned (0..31) except for Q5_0 (q - 16) and Q6_K (q - 32); sc is 1
+// except for K-quants (Q4_K/Q5_K: the 6-bit sub-block scale, Q6_K: the int8
+// scale of each 16-half); m is the block min (Q4_1/Q5_1), -dmin * min
+// (Q4_K/Q5_K) or absent (0). In this form and order ggml computes them.
+bool IsLevelType(GgmlType type);
+
+struct LevelBlock {
+  int8_t q[32];
+  int16_t sc[2];
+  float d;
+  float m;
+};
+
+// Block b (32 elements) of a row of a level type.
+void UnpackLevelBlock(GgmlType type, const uint8_t* row, int64_t b, LevelBlock* out);
+
 // Maps a raw type id from a file; unknown ids give InvalidArgument naming the id.
 absl::StatusOr<GgmlType> GgmlTypeFromId(uint32_t id);
 absl::string_view GgmlTypeName(GgmlType type);

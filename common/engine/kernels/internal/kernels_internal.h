@@ -47,40 +47,12 @@ inline int64_t RowBytes(GgmlType type, int64_t cols) {
   }
 }
 
-// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: the "level" types. Their kernels see a
-// row as 32-element blocks (K-quant sub-blocks), each
-//   value[j] = d * sc[j / 16] * q[j] + m,
-// multiplied by the same per-32 quantized activations as Q4_0/Q8_0 (the
-// activation block sum gives the m term). q is unsigned (0..31) except for
-// Q5_0 (q - 16) and Q6_K (q - 32); sc is 1 except for K-quants (Q4_K/Q5_K:
-// the 6-bit sub-block scale, Q6_K: the int8 scale of each 16-half).
-inline bool IsLevelType(GgmlType t) {
-  switch (t) {
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ5_0:
-    case GgmlType::kQ5_1:
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ5_K:
-    case GgmlType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
-}
-
+// Level types (Q4_1 ... Q6_K, see IsLevelType / LevelBlock in ggml_type.h)
+// multiply with the same per-32 quantized activations as Q4_0/Q8_0 (the
+// activation block sum gives the m term).
 inline bool IsQuantizedType(GgmlType t) {
   return t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0 || IsLevelType(t);
 }
-
-struct LevelBlock {
-  int8_t q[kQBlock];
-  int16_t sc[2];
-  float d;
-  float m;
-};
-
-// Block b (32 elements) of a row of a level type, unpacked (scalar).
-void UnpackLevelBlock(GgmlType type, const uint8_t* row, int64_t b, LevelBlock* out);
 
 // Activation-row tiling for the GEMM micro-kernels: m rows split into
 // n_tiles = ceil(m / max_tile) tiles of near-equal size (32 by 6 gives

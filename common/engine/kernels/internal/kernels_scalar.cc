@@ -49,67 +49,6 @@ void QuantizeActsScalar(const float* x, int64_t m, int64_t cols, const Quantized
   }
 }
 
-void UnpackLevelBlock(GgmlType type, const uint8_t* row, int64_t b, LevelBlock* out) {
-  out->sc[0] = out->sc[1] = 1;
-  out->m = 0.0f;
-  if (type == GgmlType::kQ4_1 || type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1) {
-    const uint8_t* blk = row + b * GgmlTypeSize(type);
-    out->d = HalfToFloat(LoadU16(blk));
-    const bool has_m = type != GgmlType::kQ5_0;
-    const bool has_h = type != GgmlType::kQ4_1;
-    const uint8_t* p = blk + (has_m ? 4 : 2);
-    uint32_t qh = 0;
-    if (has_h) {
-      std::memcpy(&qh, p, 4);
-      p += 4;
-    }
-    for (int j = 0; j < kQBlock; ++j) {
-      const int nib = j < 16 ? (p[j] & 0x0F) : (p[j - 16] >> 4);
-      const int q = nib | static_cast<int>(((qh >> j) & 1) << 4);
-      out->q[j] = static_cast<int8_t>(type == GgmlType::kQ5_0 ? q - 16 : q);
-    }
-    if (has_m) {
-      out->m = HalfToFloat(LoadU16(blk + 2));
-    }
-    return;
-  }
-  const int64_t super = b / 8;
-  const int s = static_cast<int>(b % 8);
-  const uint8_t* blk = row + super * GgmlTypeSize(type);
-  if (type == GgmlType::kQ6_K) {
-    // Sub-block s is quarter k of half h (see BlockQ6_K).
-    const int h = s / 4;
-    const int k = s % 4;
-    const uint8_t* ql = blk + 64 * h + 32 * (k % 2);
-    const uint8_t* qh = blk + kQK_K / 2 + 32 * h;
-    const auto* scales = reinterpret_cast<const int8_t*>(blk + kQK_K / 2 + kQK_K / 4);
-    for (int l = 0; l < kQBlock; ++l) {
-      const int nib = k < 2 ? (ql[l] & 0x0F) : (ql[l] >> 4);
-      out->q[l] = static_cast<int8_t>((nib | (((qh[l] >> (2 * k)) & 3) << 4)) - 32);
-    }
-    out->sc[0] = scales[8 * h + 2 * k];
-    out->sc[1] = scales[8 * h + 2 * k + 1];
-    out->d = HalfToFloat(LoadU16(blk + offsetof(BlockQ6_K, d)));
-    return;
-  }
-  // Q4_K / Q5_K: sub-block s is nibble half s % 2 of qs[32 * (s / 2)..].
-  const bool q5 = type == GgmlType::kQ5_K;
-  const uint8_t* qh = blk + 4 + kKScaleSize;
-  const uint8_t* qs = (q5 ? qh + kQK_K / 8 : qh) + 32 * (s / 2);
-  for (int l = 0; l < kQBlock; ++l) {
-    int q = (qs[l] >> (4 * (s % 2))) & 0x0F;
-    if (q5) {
-      q |= ((qh[l] >> s) & 1) << 4;
-    }
-    out->q[l] = static_cast<int8_t>(q);
-  }
-  uint8_t sc, mn;
-  KQuantScaleMin(s, blk + 4, &sc, &mn);
-  out->sc[0] = out->sc[1] = sc;
-  out->d = HalfToFloat(LoadU16(blk));
-  out->m = -(HalfToFloat(LoadU16(blk + 2)) * mn);
-}
-
 void DequantizeRowScalar(const WeightView& w, int64_t r, float* out) {
   const uint8_t* row = w.data + r * w.row_bytes;
   if (IsLevelType(w.type)) {

@@ -162,9 +162,9 @@ struct Reference {
 // sum_c (|d * sc * q_c| + |m|) * |x_c| over a level-type row (see the header).
 double LevelParts(GgmlType type, const uint8_t* row, int64_t cols, const float* x) {
   double parts = 0.0;
-  internal::LevelBlock blk;
+  LevelBlock blk;
   for (int64_t b = 0; b < cols / 32; ++b) {
-    internal::UnpackLevelBlock(type, row, b, &blk);
+    UnpackLevelBlock(type, row, b, &blk);
     for (int j = 0; j < 32; ++j) {
       const double a = std::fabs(static_cast<double>(blk.d) * blk.sc[j / 16] * blk.q[j]);
       parts += (a + std::fabs(static_cast<double>(blk.m))) * std::fabs(x[b * 32 + j]);
@@ -213,7 +213,7 @@ Reference NaiveMatMul(const WeightMatrix& w, const uint8_t* raw, const std::vect
       ref.y[i * rows + r] = acc;
       ref.abs[i * rows + r] = abs;
       ref.parts[i * rows + r] =
-          internal::IsLevelType(w.type())
+          IsLevelType(w.type())
               ? LevelParts(w.type(), raw + r * GgmlRowBytes(w.type(), cols), cols, xi)
               : abs;
       ref.quant[i * rows + r] = quant;

@@ -1,6 +1,7 @@
 // Engine benchmarks on a TinyLlama-1.1B-shaped random model (dim 2048, 22
-// layers, 32 heads, 4 KV heads, ffn 5632, Llama-2 32000 vocab) in F16, Q8_0
-// and Q4_0: decode tokens/s at batch 1/8/32 and prefill tokens/s for a
+// layers, 32 heads, 4 KV heads, ffn 5632, Llama-2 32000 vocab) in F16, Q8_0,
+// Q4_0 and Q4_K_M (type 3: the F16 model through tandem-quantize's Q4_K_M
+// recipe): decode tokens/s at batch 1/8/32 and prefill tokens/s for a
 // 512-token chunk, at 1 and 2 threads. Every result also reports its bound:
 //   decode:  bytes of weights read per step / measured read bandwidth
 //   prefill: 2 * weights * tokens ops / this machine's assumed peak
@@ -25,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/thread_pool.h"
 #include "common/engine/engine.h"
+#include "common/engine/format/gguf.h"
 #include "common/engine/model.h"
 #include "common/engine/model_builder.h"
 
@@ -35,14 +37,17 @@ const char* TypeName(int t) {
   switch (t) {
     case 0: return "F16";
     case 1: return "Q8_0";
-    default: return "Q4_0";
+    case 2: return "Q4_0";
+    default: return "Q4_K_M";
   }
 }
+// The type of most weights (Q4_K_M: Q4_K, with some Q6_K).
 engine::GgmlType TypeOf(int t) {
   switch (t) {
     case 0: return engine::GgmlType::kF16;
     case 1: return engine::GgmlType::kQ8_0;
-    default: return engine::GgmlType::kQ4_0;
+    case 2: return engine::GgmlType::kQ4_0;
+    default: return engine::GgmlType::kQ4_K;
   }
 }
 
@@ -67,8 +72,16 @@ const engine::Model& TinyLlama(int t) {
               spec.vocab_path.c_str());
       std::exit(1);
     }
-    spec.dtype = TypeOf(t);
-    absl::Status s = engine::WriteRandomModel(spec, path + ".tmp");
+    absl::Status s;
+    if (t == 3) {
+      // Q4_K_M: quantize the F16 model (written first if needed).
+      TinyLlama(0);
+      s = engine::QuantizeGgufFile(absl::StrCat(dir, "/tinyllama-shape-F16.gguf"), path + ".tmp",
+                                   engine::QuantRecipe::kQ4_K_M);
+    } else {
+      spec.dtype = TypeOf(t);
+      s = engine::WriteRandomModel(spec, path + ".tmp");
+    }
     if (!s.ok()) {
       fprintf(stderr, "writing %s: %s\n", path.c_str(), s.ToString().c_str());
       std::exit(1);
@@ -138,7 +151,7 @@ BENCHMARK(BM_MemoryReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->Iteration
 // The issue quotes 1.1 Top/s on two cores for AVX-512 VNNI, which this
 // machine lacks. Divide GOP/s by peak_GOP/s for the fraction.
 double PeakGops(engine::GgmlType t, int threads) {
-  const bool quantized = t == engine::GgmlType::kQ8_0 || t == engine::GgmlType::kQ4_0;
+  const bool quantized = t != engine::GgmlType::kF16;
   return (quantized ? 390.0 : 98.0) * threads;
 }
 
@@ -249,13 +262,13 @@ void BM_Prefill(benchmark::State& state) {
 
 BENCHMARK(BM_Decode)
     ->ArgNames({"type", "batch", "threads"})
-    ->ArgsProduct({{0, 1, 2}, {1, 8, 32}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 8, 32}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);
 BENCHMARK(BM_Prefill)
     ->ArgNames({"type", "threads"})
-    ->ArgsProduct({{0, 1, 2}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);

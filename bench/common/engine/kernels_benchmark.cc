@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -48,6 +49,32 @@ void FillUniform(float* p, int64_t n, uint64_t seed) {
   }
 }
 
+bool IsKQuant(engine::GgmlType t) {
+  return t == engine::GgmlType::kQ4_K || t == engine::GgmlType::kQ5_K ||
+         t == engine::GgmlType::kQ6_K;
+}
+
+// A K-quant row (no K-quant quantizer yet): random levels and scales, fp16
+// d / dmin small and finite. The kernels' work does not depend on the values.
+void FillKQuantRow(engine::GgmlType type, uint8_t* row, int64_t cols, uint64_t seed) {
+  const int64_t bytes = engine::GgmlTypeSize(type);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
+  for (int64_t i = 0; i < cols / engine::kQK_K * bytes; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    row[i] = static_cast<uint8_t>(s >> 56);
+  }
+  const uint16_t small = engine::Fp32ToFp16(1e-3f);
+  for (int64_t b = 0; b < cols / engine::kQK_K; ++b) {
+    uint8_t* blk = row + b * bytes;
+    if (type == engine::GgmlType::kQ6_K) {
+      std::memcpy(blk + offsetof(engine::BlockQ6_K, d), &small, 2);
+    } else {
+      std::memcpy(blk, &small, 2);
+      std::memcpy(blk + 2, &small, 2);
+    }
+  }
+}
+
 void BM_MatMul(benchmark::State& state, engine::GgmlType type) {
   const int64_t m = state.range(0);
   const Shape shape = kShapes[state.range(1)];
@@ -60,6 +87,10 @@ void BM_MatMul(benchmark::State& state, engine::GgmlType type) {
   {
     std::vector<float> row(shape.cols);
     for (int64_t r = 0; r < shape.rows; ++r) {
+      if (IsKQuant(type)) {
+        FillKQuantRow(type, data.data() + r * row_bytes, shape.cols, r);
+        continue;
+      }
       FillUniform(row.data(), shape.cols, r);
       engine::QuantizeRow(type, row.data(), data.data() + r * row_bytes, shape.cols);
     }
@@ -107,11 +138,23 @@ void BM_MatMul_F16(benchmark::State& s) { BM_MatMul(s, engine::GgmlType::kF16); 
 void BM_MatMul_BF16(benchmark::State& s) { BM_MatMul(s, engine::GgmlType::kBF16); }
 void BM_MatMul_Q8_0(benchmark::State& s) { BM_MatMul(s, engine::GgmlType::kQ8_0); }
 void BM_MatMul_Q4_0(benchmark::State& s) { BM_MatMul(s, engine::GgmlType::kQ4_0); }
+void BM_MatMul_Q4_1(benchmark::State& s) { BM_MatMul(s, engine::GgmlType::kQ4_1); }
+void BM_MatMul_Q5_0(benchmark::State& s) { BM_MatMul(s, engine::GgmlType::kQ5_0); }
+void BM_MatMul_Q5_1(benchmark::State& s) { BM_MatMul(s, engine::GgmlType::kQ5_1); }
+void BM_MatMul_Q4_K(benchmark::State& s) { BM_MatMul(s, engine::GgmlType::kQ4_K); }
+void BM_MatMul_Q5_K(benchmark::State& s) { BM_MatMul(s, engine::GgmlType::kQ5_K); }
+void BM_MatMul_Q6_K(benchmark::State& s) { BM_MatMul(s, engine::GgmlType::kQ6_K); }
 BENCHMARK(BM_MatMul_F32)->Apply(MatMulArgs);
 BENCHMARK(BM_MatMul_F16)->Apply(MatMulArgs);
 BENCHMARK(BM_MatMul_BF16)->Apply(MatMulArgs);
 BENCHMARK(BM_MatMul_Q8_0)->Apply(MatMulArgs);
 BENCHMARK(BM_MatMul_Q4_0)->Apply(MatMulArgs);
+BENCHMARK(BM_MatMul_Q4_1)->Apply(MatMulArgs);
+BENCHMARK(BM_MatMul_Q5_0)->Apply(MatMulArgs);
+BENCHMARK(BM_MatMul_Q5_1)->Apply(MatMulArgs);
+BENCHMARK(BM_MatMul_Q4_K)->Apply(MatMulArgs);
+BENCHMARK(BM_MatMul_Q5_K)->Apply(MatMulArgs);
+BENCHMARK(BM_MatMul_Q6_K)->Apply(MatMulArgs);
 
 // Sums [p, p + n) floats with four independent AVX2 accumulators (loads are
 // the only limit). Compiled for AVX2 here only; the machines we run on have it.

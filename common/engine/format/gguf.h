@@ -177,22 +177,44 @@ struct GgufQuantizeReport {
 // llama.cpp's general.file_type values (LLAMA_FTYPE_*) for the types we write.
 inline constexpr uint32_t kLlamaFtypeMostlyQ4_0 = 2;
 inline constexpr uint32_t kLlamaFtypeMostlyQ8_0 = 7;
+inline constexpr uint32_t kLlamaFtypeMostlyQ4_K_M = 15;
 
-// Converts the F32/F16/BF16 GGUF `in` to `type` (Q8_0 or Q4_0) as llama.cpp's
-// quantize does, writing `out` (GGUF v3):
-//  - quantized: tensors named "*weight" with n_dims >= 2 whose row length is a
-//    multiple of 32, except "*_norm.weight", "ffn_gate_inp.weight" (MoE router),
-//    position / token-type embeddings and the other small tensors llama.cpp
-//    keeps; all other tensors (1-D norms, biases, rope_freqs) are copied as they are.
-//  - with type Q4_0, output.weight (or token_embd.weight when there is no
-//    output.weight, i.e. tied embeddings) becomes Q8_0: llama.cpp keeps the
-//    output tensor at Q6_K, which we don't have, and falls back to Q8_0 itself
-//    when the row length is not a multiple of 256.
-//  - all metadata is kept in order; general.file_type becomes 7 (Q8_0) or 2
-//    (Q4_0) and general.quantization_version 2.
-// Input tensors that would be quantized but already are (Q8_0 / Q4_0) give
-// FailedPrecondition (llama.cpp refuses to requantize by default). `report`,
-// when set, receives one line per tensor and the sizes.
+// What QuantizeGgufFile makes: every quantizable tensor in one type (Q8_0,
+// Q4_0), or llama.cpp's mixed Q4_K_M recipe (no importance matrix).
+enum class QuantRecipe { kQ8_0, kQ4_0, kQ4_K_M };
+// Parses "Q8_0", "Q4_0", "Q4_K_M" (case-insensitive).
+absl::StatusOr<QuantRecipe> QuantRecipeFromName(absl::string_view name);
+absl::string_view QuantRecipeName(QuantRecipe recipe);
+
+// The type each tensor of `file` gets under `recipe`, in file order (its own
+// type when it is kept), as llama.cpp's llama_tensor_get_type decides:
+//  - quantizable: tensors named "*weight" with n_dims >= 2, except
+//    "*_norm.weight", "ffn_gate_inp.weight" (MoE router), position /
+//    token-type embeddings and the other small tensors llama.cpp keeps; all
+//    other tensors (1-D norms, biases, rope_freqs) are kept.
+//  - Q8_0 / Q4_0: that type, but output.weight (or token_embd.weight when
+//    there is no output.weight, i.e. tied embeddings) is Q8_0 in a Q4_0 file
+//    (llama.cpp wants Q6_K there; rows not a multiple of 256 fall back to
+//    Q8_0 in llama.cpp too).
+//  - Q4_K_M: Q4_K; the output tensor (as above) Q6_K; attn_v.weight and
+//    ffn_down.weight Q6_K for the i-th of n such tensors (counted in file
+//    order, as llama.cpp does) when use_more_bits(i, n): i < n/8, i >= 7n/8 or
+//    (i - n/8) % 3 == 2. Rows not a multiple of 256 fall back as llama.cpp's
+//    do: Q4_K -> Q5_0, Q6_K -> Q8_0.
+//  - a tensor whose row length is not a multiple of the chosen type's block is
+//    kept (llama.cpp fails or falls back to F16).
+std::vector<GgmlType> PlanQuantization(const GgufFile& file, QuantRecipe recipe);
+
+// Converts the F32/F16/BF16 GGUF `in` as PlanQuantization says, writing `out`
+// (GGUF v3) with all metadata kept in order, general.file_type set to
+// llama.cpp's value (7 Q8_0, 2 Q4_0, 15 Q4_K_M) and
+// general.quantization_version 2. Input tensors that would be quantized but
+// already are give FailedPrecondition (llama.cpp refuses to requantize by
+// default). `report`, when set, receives one line per tensor and the sizes.
+absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, QuantRecipe recipe,
+                              GgufQuantizeReport* report = nullptr);
+// The single-type recipes by type: Q8_0 or Q4_0 (anything else is
+// InvalidArgument).
 absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, GgmlType type,
                               GgufQuantizeReport* report = nullptr);
 

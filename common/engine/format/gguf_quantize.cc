@@ -1,4 +1,4 @@
-// QuantizeGgufFile: F32/F16/BF16 GGUF to Q8_0 / Q4_0, as llama.cpp's quantize.
+// QuantizeGgufFile: F32/F16/BF16 GGUF to Q8_0 / Q4_0 / Q4_K_M, as llama.cpp's quantize.
 
 #include <filesystem>
 #include <utility>
@@ -30,24 +30,101 @@ bool AllowsQuantization(const GgufTensorInfo& t) {
   return name != "position_embd.weight" && name != "token_types.weight";
 }
 
-// The type `t` gets in a `target` file, or its own type when it is kept.
-GgmlType TargetTypeFor(const GgufTensorInfo& t, GgmlType target, bool has_output) {
-  if (!AllowsQuantization(t)) {
-    return t.type;
+// llama.cpp's use_more_bits: the first and last eighth of the layers and
+// every third one in between get more bits.
+bool UseMoreBits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+// llama.cpp's fallback for a K-quant whose row length is not a multiple of 256.
+GgmlType KQuantFallback(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_K:
+      return GgmlType::kQ5_0;
+    case GgmlType::kQ5_K:
+      return GgmlType::kQ5_1;
+    case GgmlType::kQ6_K:
+      return GgmlType::kQ8_0;
+    default:
+      return type;
   }
-  GgmlType type = target;
-  const bool is_output =
-      t.name == "output.weight" || (!has_output && t.name == "token_embd.weight");
-  if (is_output && target == GgmlType::kQ4_0) {
-    type = GgmlType::kQ8_0;
+}
+
+uint32_t FileType(QuantRecipe recipe) {
+  switch (recipe) {
+    case QuantRecipe::kQ8_0:
+      return kLlamaFtypeMostlyQ8_0;
+    case QuantRecipe::kQ4_0:
+      return kLlamaFtypeMostlyQ4_0;
+    case QuantRecipe::kQ4_K_M:
+      return kLlamaFtypeMostlyQ4_K_M;
   }
-  if (t.dims[0] % GgmlBlockSize(type) != 0) {
-    return t.type;  // llama.cpp has no fallback for Q4_0/Q8_0 and fails; we keep it
-  }
-  return type;
+  return 0;
 }
 
 }  // namespace
+
+absl::StatusOr<QuantRecipe> QuantRecipeFromName(absl::string_view name) {
+  for (QuantRecipe r : {QuantRecipe::kQ8_0, QuantRecipe::kQ4_0, QuantRecipe::kQ4_K_M}) {
+    if (absl::EqualsIgnoreCase(name, QuantRecipeName(r))) {
+      return r;
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown quantization '", name, "' (valid: Q8_0, Q4_0, Q4_K_M)"));
+}
+
+absl::string_view QuantRecipeName(QuantRecipe recipe) {
+  switch (recipe) {
+    case QuantRecipe::kQ8_0:
+      return "Q8_0";
+    case QuantRecipe::kQ4_0:
+      return "Q4_0";
+    case QuantRecipe::kQ4_K_M:
+      return "Q4_K_M";
+  }
+  return "UNKNOWN";
+}
+
+std::vector<GgmlType> PlanQuantization(const GgufFile& file, QuantRecipe recipe) {
+  const bool has_output = file.FindTensor("output.weight") != nullptr;
+  const auto& tensors = file.tensors();
+  int n_attn_v = 0;
+  int n_ffn_down = 0;
+  for (const GgufTensorInfo& t : tensors) {
+    n_attn_v += absl::StrContains(t.name, "attn_v.weight") ? 1 : 0;
+    n_ffn_down += absl::StrContains(t.name, "ffn_down") ? 1 : 0;
+  }
+  int i_attn_v = 0;
+  int i_ffn_down = 0;
+  std::vector<GgmlType> plan;
+  plan.reserve(tensors.size());
+  for (const GgufTensorInfo& t : tensors) {
+    if (!AllowsQuantization(t)) {
+      plan.push_back(t.type);
+      continue;
+    }
+    const bool is_output =
+        t.name == "output.weight" || (!has_output && t.name == "token_embd.weight");
+    GgmlType type = recipe == QuantRecipe::kQ8_0 ? GgmlType::kQ8_0 : GgmlType::kQ4_0;
+    if (recipe == QuantRecipe::kQ4_0 && is_output) {
+      type = GgmlType::kQ8_0;
+    }
+    if (recipe == QuantRecipe::kQ4_K_M) {
+      type = GgmlType::kQ4_K;
+      if (is_output) {
+        type = GgmlType::kQ6_K;
+      } else if (absl::StrContains(t.name, "attn_v.weight")) {
+        type = UseMoreBits(i_attn_v++, n_attn_v) ? GgmlType::kQ6_K : type;
+      } else if (absl::StrContains(t.name, "ffn_down")) {
+        type = UseMoreBits(i_ffn_down++, n_ffn_down) ? GgmlType::kQ6_K : type;
+      }
+      if (t.dims[0] % kQK_K != 0) {
+        type = KQuantFallback(type);
+      }
+    }
+    plan.push_back(t.dims[0] % GgmlBlockSize(type) != 0 ? t.type : type);
+  }
+  return plan;
+}
 
 absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, GgmlType type,
                               GgufQuantizeReport* report) {
@@ -55,6 +132,12 @@ absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, Ggm
     return absl::InvalidArgumentError(
         absl::StrCat("cannot quantize to ", GgmlTypeName(type), " (valid targets: Q8_0, Q4_0)"));
   }
+  return QuantizeGgufFile(
+      in, out, type == GgmlType::kQ8_0 ? QuantRecipe::kQ8_0 : QuantRecipe::kQ4_0, report);
+}
+
+absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, QuantRecipe recipe,
+                              GgufQuantizeReport* report) {
   ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(in));
   GgufQuantizeReport local;
   GgufQuantizeReport& rep = report != nullptr ? *report : local;
@@ -64,15 +147,14 @@ absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, Ggm
   for (const std::string& key : file->metadata_keys()) {
     writer.SetValue(key, *file->Find(key));
   }
-  writer.SetUint32("general.file_type",
-                   type == GgmlType::kQ8_0 ? kLlamaFtypeMostlyQ8_0 : kLlamaFtypeMostlyQ4_0);
+  writer.SetUint32("general.file_type", FileType(recipe));
   writer.SetUint32("general.quantization_version", 2);  // GGML_QNT_VERSION
 
-  const bool has_output = file->FindTensor("output.weight") != nullptr;
+  const std::vector<GgmlType> plan = PlanQuantization(*file, recipe);
   const auto& tensors = file->tensors();
   for (size_t i = 0; i < tensors.size(); ++i) {
     const GgufTensorInfo& t = tensors[i];
-    const GgmlType to = TargetTypeFor(t, type, has_output);
+    const GgmlType to = plan[i];
     if (to == t.type) {
       RETURN_IF_ERROR(writer.AddTensor(t.name, t.type, t.dims,
                                        std::vector<uint8_t>(t.data, t.data + t.num_bytes)));

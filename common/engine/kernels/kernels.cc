@@ -70,10 +70,6 @@ std::atomic<int>& ActiveIsaSlot() {
   return slot;
 }
 
-bool IsQuantized(GgmlType t) { return t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0; }
-
-int64_t BlockSize(GgmlType t) { return IsQuantized(t) ? internal::kQBlock : 1; }
-
 WeightView ViewOf(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols) {
   WeightView v;
   v.type = type;
@@ -116,6 +112,20 @@ void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, b
       }
     }
   });
+}
+
+QuantizedActs QuantizeActsParallel(const float* x, int64_t m, int64_t cols, bool offset128,
+                                   base::ThreadPool& pool) {
+  static thread_local ScratchBuffer scratch;
+  const QuantizedActs xa = AllocQuantizedActs(scratch, m, cols);
+  if (m * cols >= (int64_t{1} << 16)) {
+    pool.ParallelFor(m, 1, [&](int64_t begin, int64_t end) {
+      QuantizeActsAvx2(x + begin * cols, end - begin, cols, offset128, RowsFrom(xa, begin, cols));
+    });
+  } else {
+    QuantizeActsAvx2(x, m, cols, offset128, xa);
+  }
+  return xa;
 }
 
 void QuantGemmPanels(const WeightView& w, const QuantizedActs& xa, int64_t m, float* y,
@@ -193,6 +203,12 @@ absl::StatusOr<WeightMatrix> WeightMatrix::Create(GgmlType type, const void* dat
     case GgmlType::kBF16:
     case GgmlType::kQ8_0:
     case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
       break;
     default:
       return absl::InvalidArgumentError(
@@ -201,9 +217,10 @@ absl::StatusOr<WeightMatrix> WeightMatrix::Create(GgmlType type, const void* dat
   if (rows <= 0 || cols <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("WeightMatrix: bad shape ", rows, "x", cols));
   }
-  if (cols % BlockSize(type) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "WeightMatrix: cols ", cols, " not a multiple of the block size ", BlockSize(type)));
+  if (cols % GgmlBlockSize(type) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("WeightMatrix: cols ", cols,
+                                                   " not a multiple of the ", GgmlTypeName(type),
+                                                   " block size ", GgmlBlockSize(type)));
   }
   if (data == nullptr) {
     return absl::InvalidArgumentError("WeightMatrix: null data");

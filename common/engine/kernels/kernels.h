@@ -26,7 +26,7 @@ Isa ActiveIsa();
 const char* IsaName(Isa isa);
 
 // A weight matrix of `rows` output features by `cols` inputs, each row stored
-// in `type` (F32, F16, BF16, Q8_0, Q4_0). May repack the data at creation for
+// in `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K). May repack the data at creation for
 // faster kernels (so it may own memory) or borrow `data` (which must then
 // outlive it). `cols` must be a multiple of the type's block size.
 class WeightMatrix {
@@ -56,8 +56,11 @@ class WeightMatrix {
 
 // y[i][r] = sum_c x[i][c] * w[r][c] for i < m. x is [m][w.cols()] row-major,
 // y is [m][w.rows()]. For quantized weights activations are quantized to 8
-// bits per 32-block on the fly (as ggml's vec_dot_q*_0_q8_0). One code path
-// serves batch 1 (bandwidth-bound) and large m (blocked GEMM, compute-bound).
+// bits per 32-block on the fly (as ggml's vec_dot_q*_0_q8_0; for Q4_1/Q5_1
+// the block sum serves the min term as ggml's Q8_1 does; K-quants use the
+// same 32-blocks, one per sub-block, rather than ggml's Q8_K 256-blocks).
+// Batch 1 (bandwidth-bound) and large m (blocked GEMM, compute-bound) give
+// the same bits for a row (batch invariance).
 void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::ThreadPool& pool);
 
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * weight, for each of `rows` rows of n.

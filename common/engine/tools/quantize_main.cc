@@ -1,4 +1,4 @@
-// tandem-quantize IN OUT TYPE: converts an F32/F16/BF16 GGUF to Q8_0 or Q4_0 the
+// tandem-quantize IN OUT TYPE: converts an F32/F16/BF16 GGUF to Q8_0, Q4_0 or Q4_K_M the
 // way llama.cpp's quantize tool does (see QuantizeGgufFile in common/engine/format/gguf.h).
 
 #include <cstdio>
@@ -16,17 +16,18 @@ namespace {
 constexpr char kUsage[] =
     "usage: tandem-quantize IN.gguf OUT.gguf TYPE\n"
     "\n"
-    "Converts an F32/F16/BF16 GGUF model to TYPE, one of Q8_0 or Q4_0 (case-insensitive),\n"
-    "as llama.cpp's quantize does without an importance matrix:\n"
+    "Converts an F32/F16/BF16 GGUF model to TYPE, one of Q8_0, Q4_0 or Q4_K_M\n"
+    "(case-insensitive), as llama.cpp's quantize does without an importance matrix:\n"
     "  - tensors named *weight with 2 or more dims whose row length (dim 0) is a multiple\n"
-    "    of 32 are quantized to TYPE; *_norm.weight, ffn_gate_inp.weight (MoE router),\n"
+    "    of the block size are quantized; *_norm.weight, ffn_gate_inp.weight (MoE router),\n"
     "    position and token-type embeddings are not;\n"
     "  - with Q4_0, output.weight (or token_embd.weight when the model has no output.weight,\n"
-    "    i.e. tied embeddings) is stored as Q8_0: llama.cpp keeps the output tensor at\n"
-    "    higher precision (Q6_K, falling back to Q8_0), and Q8_0 is the nearest we have;\n"
+    "    i.e. tied embeddings) is stored as Q8_0 (llama.cpp: Q6_K);\n"
+    "  - Q4_K_M: Q4_K, with the output tensor and llama.cpp's use_more_bits share of\n"
+    "    attn_v / ffn_down in Q6_K; rows not a multiple of 256 fall back to Q5_0 / Q8_0;\n"
     "  - every other tensor (1-D norms, biases, rope_freqs) is copied unchanged;\n"
-    "  - all metadata is kept; general.file_type is set to 7 (Q8_0) or 2 (Q4_0) and\n"
-    "    general.quantization_version to 2.\n"
+    "  - all metadata is kept; general.file_type is set to 7 (Q8_0), 2 (Q4_0) or\n"
+    "    15 (Q4_K_M) and general.quantization_version to 2.\n"
     "Inputs whose quantizable tensors are already quantized are refused.\n";
 
 std::string Dims(const std::vector<int64_t>& dims) {
@@ -47,9 +48,10 @@ int main(int argc, char** argv) {
   }
   const std::string in = args[1];
   const std::string out = args[2];
-  absl::StatusOr<tandem::engine::GgmlType> type = tandem::engine::GgmlTypeFromName(args[3]);
-  if (!type.ok() || (*type != tandem::engine::GgmlType::kQ8_0 && *type != tandem::engine::GgmlType::kQ4_0)) {
-    std::fprintf(stderr, "tandem-quantize: unsupported TYPE '%s' (valid: Q8_0, Q4_0)\n", args[3]);
+  absl::StatusOr<tandem::engine::QuantRecipe> type = tandem::engine::QuantRecipeFromName(args[3]);
+  if (!type.ok()) {
+    std::fprintf(stderr, "tandem-quantize: unsupported TYPE '%s' (valid: Q8_0, Q4_0, Q4_K_M)\n",
+                 args[3]);
     return 2;
   }
 
@@ -74,6 +76,7 @@ int main(int argc, char** argv) {
               report.bytes_before > 0 ? 100.0 * report.bytes_after / report.bytes_before : 100.0);
   std::printf("file size:   %.3f MiB -> %.3f MiB\n", Mib(report.file_bytes_before),
               Mib(report.file_bytes_after));
-  std::printf("wrote %s (%s)\n", out.c_str(), std::string(tandem::engine::GgmlTypeName(*type)).c_str());
+  std::printf("wrote %s (%s)\n", out.c_str(),
+              std::string(tandem::engine::QuantRecipeName(*type)).c_str());
   return 0;
 }

@@ -30,11 +30,15 @@
 //         2*128*127 = 32512, then vpmaddwd per product (no int16 headroom).
 //         On Zen 3 vpsignb, vpmaddubsw and vpmaddwd share the two multiply
 //         pipes, which bounds Q8_0 to 32 MACs per 1.5 cycles.
+//   Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: kernels_levels.inc (shared with the
+//         VNNI path), blocks decoded to byte levels with float scales.
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <limits>
 
 #include "common/base/logging.h"
@@ -595,6 +599,12 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
 }
 
 // ---------------------------------------------------------------------------
+// Level types (Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)
+// ---------------------------------------------------------------------------
+
+#include "common/engine/kernels/internal/kernels_levels.inc"
+
+// ---------------------------------------------------------------------------
 // Float GEMM for larger m: 16-row fp32 panels, 6x16 micro-kernel
 // ---------------------------------------------------------------------------
 
@@ -850,22 +860,16 @@ void PackFloatPanel16Avx2(const WeightView& w, int64_t r0, int64_t k0, int64_t k
 }
 
 void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool) {
+  if (IsLevelType(w.type)) {
+    MatMulLevelsImpl(w, QuantizeActsParallel(x, m, w.cols, /*offset128=*/false, pool), m, y, pool);
+    return;
+  }
   switch (w.type) {
     case GgmlType::kQ8_0:
     case GgmlType::kQ4_0: {
-      static thread_local ScratchBuffer scratch;
-      const QuantizedActs xa = AllocQuantizedActs(scratch, m, w.cols);
       // The signed Q4_0 layout takes activations as x + 128 (u8).
       const bool offset = w.type == GgmlType::kQ4_0 && Q4LayoutFor(m) == Q4Layout::kSigned;
-      if (m * w.cols >= (int64_t{1} << 16)) {
-        pool.ParallelFor(m, 1, [&](int64_t begin, int64_t end) {
-          QuantizeActsAvx2(x + begin * w.cols, end - begin, w.cols, offset,
-                           RowsFrom(xa, begin, w.cols));
-        });
-      } else {
-        QuantizeActsAvx2(x, m, w.cols, offset, xa);
-      }
-      MatMulQuantAvx2(w, xa, m, y, pool);
+      MatMulQuantAvx2(w, QuantizeActsParallel(x, m, w.cols, offset, pool), m, y, pool);
       return;
     }
     case GgmlType::kF32:
@@ -877,6 +881,8 @@ void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, base::
     case GgmlType::kBF16:
       MatMulFloat<GgmlType::kBF16>(w, x, m, y, pool);
       return;
+    default:
+      LOG(FATAL) << "MatMulAvx2: type " << GgmlTypeName(w.type);
   }
 }
 

@@ -12,12 +12,16 @@
 //         (AVX-512 has no vpsignb, so no sign trick).
 //   F32/F16/BF16: panels converted to fp32 (k-major, 16 rows = one zmm) by the
 //         AVX2 packer, 12x16 FMA micro-kernel.
+//   Q4_1 ... Q6_K (VNNI): kernels_levels.inc with vpdpbusd, 8-row tiles.
 // Batch <= 3 float GEMVs and, without VNNI, quantized types use the AVX2
 // kernels (bandwidth-bound or no better instruction here).
 
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
 
 // GCC 12's avx512fintrin.h unpack intrinsics start from _mm512_undefined_*,
 // which -Wmaybe-uninitialized reports at every use (a false positive). Clang
@@ -26,6 +30,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+#include "common/base/logging.h"
 #include "common/engine/kernels/internal/kernels_internal.h"
 
 namespace tandem::engine::internal {
@@ -308,6 +313,9 @@ void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, int64
   }
 }
 
+// Level types (Q4_1 ... Q6_K) with VNNI.
+#include "common/engine/kernels/internal/kernels_levels.inc"
+
 }  // namespace
 
 void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
@@ -328,6 +336,14 @@ void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, base
         MatMulAvx2(w, x, m, y, pool);  // GEMV: bandwidth-bound, reads F16/BF16 in place
       } else {
         GemmFloatPanels(w, x, m, y, pool, kFMr, KernelF32Tile);
+      }
+      return;
+    default:  // level types (Q4_1 ... Q6_K)
+      if (vnni) {
+        MatMulLevelsImpl(w, QuantizeActsParallel(x, m, w.cols, /*offset128=*/false, pool), m, y,
+                         pool);
+      } else {
+        MatMulAvx2(w, x, m, y, pool);
       }
       return;
   }

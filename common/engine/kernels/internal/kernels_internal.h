@@ -42,8 +42,16 @@ inline int64_t RowBytes(GgmlType type, int64_t cols) {
       return cols / kQBlock * static_cast<int64_t>(sizeof(BlockQ8_0));
     case GgmlType::kQ4_0:
       return cols / kQBlock * static_cast<int64_t>(sizeof(BlockQ4_0));
+    default:
+      return GgmlRowBytes(type, cols);
   }
-  return 0;
+}
+
+// Level types (Q4_1 ... Q6_K, see IsLevelType / LevelBlock in ggml_type.h)
+// multiply with the same per-32 quantized activations as Q4_0/Q8_0 (the
+// activation block sum gives the m term).
+inline bool IsQuantizedType(GgmlType t) {
+  return t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0 || IsLevelType(t);
 }
 
 // Activation-row tiling for the GEMM micro-kernels: m rows split into
@@ -110,7 +118,8 @@ inline uint16_t LoadU16(const uint8_t* p) {
 // --- Activation quantization -------------------------------------------------
 // Activations are quantized per 32-element block (as ggml's Q8_0, but with an
 // fp32 scale): d = amax / 127, q = round_half_even(x * (127 / amax)), and the
-// block sum of q kept for the Q4_0 offset correction. Every ISA computes the
+// block sum of q kept for the Q4_0 offset correction and the min terms of
+// Q4_1/Q5_1/Q4_K/Q5_K (ggml's Q8_1 s). Every ISA computes the
 // same bits: the scale and the rounding use the same float operations.
 struct QuantizedActs {
   int8_t* qs = nullptr;    // [m][cols]
@@ -219,6 +228,12 @@ void AttendBlockAvx2(const float* q, int group, const void* k, const void* v, Gg
 // and columns [k0, k0 + kc) of a float-type matrix (F32/F16/BF16) as fp32,
 // k-major: out[k][16]. Used by the AVX2 and AVX-512 float GEMMs.
 void PackFloatPanel16Avx2(const WeightView& w, int64_t r0, int64_t k0, int64_t kc, float* out);
+
+// Quantizes m activation rows with QuantizeActsAvx2 into this thread's
+// scratch buffer (rows in parallel when there are many); valid until the
+// thread's next call.
+QuantizedActs QuantizeActsParallel(const float* x, int64_t m, int64_t cols, bool offset128,
+                                   base::ThreadPool& pool);
 
 // --- AVX-512 (kernels_avx512.cc); only called when DetectIsa() allows ----------
 // `vnni` selects the VPDPBUSD quantized kernels; without it quantized types

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <vector>
 
@@ -50,6 +51,10 @@ void QuantizeActsScalar(const float* x, int64_t m, int64_t cols, const Quantized
 
 void DequantizeRowScalar(const WeightView& w, int64_t r, float* out) {
   const uint8_t* row = w.data + r * w.row_bytes;
+  if (IsLevelType(w.type)) {
+    DequantizeRow(w.type, row, out, w.cols);  // ggml's exact fp32 formulas
+    return;
+  }
   switch (w.type) {
     case GgmlType::kF32:
       std::memcpy(out, row, w.cols * sizeof(float));
@@ -83,10 +88,34 @@ void DequantizeRowScalar(const WeightView& w, int64_t r, float* out) {
         }
       }
       return;
+    default:
+      LOG(FATAL) << "DequantizeRowScalar: type " << GgmlTypeName(w.type);
   }
 }
 
 namespace {
+
+// Dot product of a level-type weight row with quantized activation row i:
+// per block, the exact integer sum sc0 * sum_{j<16} q x + sc1 * sum_{j>=16} q x
+// times d * dx, plus m * dx * sum(x).
+float DotLevels(GgmlType type, const uint8_t* row, const QuantizedActs& xa, int64_t i) {
+  const int8_t* xq = xa.qs + i * xa.nb * kQBlock;
+  float acc = 0.0f;
+  float macc = 0.0f;
+  LevelBlock blk;
+  for (int64_t b = 0; b < xa.nb; ++b) {
+    UnpackLevelBlock(type, row, b, &blk);
+    int32_t half[2] = {0, 0};
+    for (int j = 0; j < kQBlock; ++j) {
+      half[j / 16] += blk.q[j] * xq[b * kQBlock + j];
+    }
+    const int32_t isum = blk.sc[0] * half[0] + blk.sc[1] * half[1];
+    const float dx = xa.d[i * xa.nb + b];
+    acc += static_cast<float>(isum) * (blk.d * dx);
+    macc += blk.m * (dx * static_cast<float>(xa.sum[i * xa.nb + b]));
+  }
+  return acc + macc;
+}
 
 // Dot product of quantized weight row `row` with quantized activation row i.
 float DotQuantized(GgmlType type, const uint8_t* row, const QuantizedActs& xa, int64_t i) {
@@ -117,7 +146,7 @@ float DotQuantized(GgmlType type, const uint8_t* row, const QuantizedActs& xa, i
 }  // namespace
 
 void MatMulScalar(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool) {
-  if (w.type == GgmlType::kQ8_0 || w.type == GgmlType::kQ4_0) {
+  if (IsQuantizedType(w.type)) {
     static thread_local ScratchBuffer scratch;
     const QuantizedActs xa = AllocQuantizedActs(scratch, m, w.cols);
     QuantizeActsScalar(x, m, w.cols, xa);
@@ -125,7 +154,8 @@ void MatMulScalar(const WeightView& w, const float* x, int64_t m, float* y, base
       for (int64_t r = begin; r < end; ++r) {
         const uint8_t* row = w.data + r * w.row_bytes;
         for (int64_t i = 0; i < m; ++i) {
-          y[i * w.rows + r] = DotQuantized(w.type, row, xa, i);
+          y[i * w.rows + r] = IsLevelType(w.type) ? DotLevels(w.type, row, xa, i)
+                                                  : DotQuantized(w.type, row, xa, i);
         }
       }
     });

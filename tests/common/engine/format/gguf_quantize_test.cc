@@ -2,12 +2,16 @@
 // QuantizeGgufFile to Q8_0 and Q4_0, on generated models and stories260K.
 
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/engine/format/ggml_type.h"
 #include "common/engine/format/gguf.h"
 #include "gmock/gmock.h"
@@ -221,6 +225,84 @@ TEST(QuantizeGgufFileTest, Errors) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("valid targets: Q8_0, Q4_0")));
   EXPECT_THAT(QuantizeGgufFile(TempDir() + "/missing.gguf", TempDir() + "/o.gguf", GgmlType::kQ8_0),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing.gguf")));
+}
+
+// llama.cpp's Q4_K_M recipe on a 16-layer model: use_more_bits(i, 16) picks
+// layers {0, 1, 4, 7, 10, 13, 14, 15} (i < 2, i >= 14, (i - 2) % 3 == 2) for
+// Q6_K attn_v and ffn_down; rows of 96 fall back to Q5_0 (Q4_K) / Q8_0 (Q6_K).
+TEST(QuantizeGgufFileTest, Q4_K_MRecipe) {
+  std::vector<InputTensor> tensors = {{"token_embd.weight", GgmlType::kF32, {256, 8}},
+                                      {"output.weight", GgmlType::kF32, {256, 8}},
+                                      {"output_norm.weight", GgmlType::kF32, {256}}};
+  std::map<std::string, GgmlType> want = {{"token_embd.weight", GgmlType::kQ4_K},
+                                          {"output.weight", GgmlType::kQ6_K},
+                                          {"output_norm.weight", GgmlType::kF32}};
+  const std::set<int> more_bits = {0, 1, 4, 7, 10, 13, 14, 15};
+  for (int i = 0; i < 16; ++i) {
+    const std::string b = absl::StrCat("blk.", i, ".");
+    const bool more = more_bits.count(i) > 0;
+    tensors.push_back({b + "attn_q.weight", GgmlType::kF32, {96, 4}});
+    tensors.push_back({b + "attn_v.weight", GgmlType::kF32, {i == 4 ? 96 : 256, 4}});
+    tensors.push_back({b + "ffn_down.weight", GgmlType::kF16, {256, 4}});
+    tensors.push_back({b + "ffn_up.weight", GgmlType::kF32, {48, 4}});
+    want[b + "attn_q.weight"] = GgmlType::kQ5_0;
+    want[b + "attn_v.weight"] = i == 4 ? GgmlType::kQ8_0 : more ? GgmlType::kQ6_K : GgmlType::kQ4_K;
+    want[b + "ffn_down.weight"] = more ? GgmlType::kQ6_K : GgmlType::kQ4_K;
+    want[b + "ffn_up.weight"] = GgmlType::kF32;  // rows of 48: no block fits, kept
+  }
+  const std::string dir = ::tandem::testing::TempDir();
+  const std::string in = dir + "/kq_in.gguf";
+  const std::string out = dir + "/kq_out.gguf";
+  const auto values = WriteModel(in, tensors, 32);
+  GgufQuantizeReport report;
+  ASSERT_OK(QuantizeGgufFile(in, out, QuantRecipe::kQ4_K_M, &report));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GgufFile> dst, GgufFile::Open(out));
+  EXPECT_EQ(*dst->GetInt("general.file_type"), 15);
+  ASSERT_EQ(dst->tensors().size(), tensors.size());
+  for (const GgufTensorInfo& d : dst->tensors()) {
+    SCOPED_TRACE(d.name);
+    EXPECT_EQ(d.type, want.at(d.name)) << GgmlTypeName(d.type);
+    if (d.type == GgmlType::kF32) {
+      continue;
+    }
+    const std::vector<float>& x = values.at(d.name);
+    std::vector<uint8_t> q(d.num_bytes);
+    QuantizeRow(d.type, x.data(), q.data(), x.size());
+    EXPECT_EQ(std::vector<uint8_t>(d.data, d.data + d.num_bytes), q);
+  }
+  ASSERT_OK_AND_ASSIGN(QuantRecipe parsed, QuantRecipeFromName("q4_k_m"));
+  EXPECT_EQ(parsed, QuantRecipe::kQ4_K_M);
+  EXPECT_THAT(QuantRecipeFromName("Q4_K_S"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Q4_K_M")));
+}
+
+// The plan reproduces the tensor types of a real llama.cpp Q4_K_M file:
+// Qwen2.5-Coder-0.5B-Instruct (issue 9's model cache; skipped without it).
+// Its tensors are in lexicographic name order (blk.0, blk.1, blk.10, ...),
+// and llama.cpp counts attn_v / ffn_down in file order, so its Q6_K layers
+// are {0, 1, 3, 6, 7, 8, 9, 10, 13, 16, 19, 21}; 896-wide rows fall back to
+// Q5_0 / Q8_0.
+TEST(QuantizePlanTest, MatchesQwen25Coder05BQ4KM) {
+  const char* env = std::getenv("TANDEM_MODELS");
+  const char* home = std::getenv("HOME");
+  const std::string dir = env != nullptr    ? std::string(env)
+                          : home != nullptr ? std::string(home) + "/.cache/tandem/models"
+                                            : std::string();
+  const std::string path = dir + "/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf";
+  if (dir.empty() || !std::filesystem::exists(path)) {
+    GTEST_SKIP() << path << " not found (fetch the Qwen pair into the model cache)";
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GgufFile> f, GgufFile::Open(path));
+  const std::vector<GgmlType> plan = PlanQuantization(*f, QuantRecipe::kQ4_K_M);
+  ASSERT_EQ(plan.size(), f->tensors().size());
+  std::map<GgmlType, int> counts;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    EXPECT_EQ(GgmlTypeName(plan[i]), GgmlTypeName(f->tensors()[i].type)) << f->tensors()[i].name;
+    ++counts[plan[i]];
+  }
+  EXPECT_EQ(counts[GgmlType::kQ6_K], 12);
+  EXPECT_EQ(counts[GgmlType::kQ8_0], 13);
+  EXPECT_EQ(*f->GetInt("general.file_type"), 15);
 }
 
 }  // namespace

@@ -466,6 +466,28 @@ TEST(GgufBadInputTest, BadTensorInfos) {
   EXPECT_THAT(Parse(OneTensorFile("q", {33}, 8, 0, 64)),
               StatusIs(StatusCode::kInvalidArgument,
                        HasSubstr("row length 33 is not a multiple of the Q8_0 block size 32")));
+  // K-quants: rows are whole 256-element super-blocks; a truncated super-block
+  // is a data range past the end. Both name the tensor.
+  EXPECT_THAT(Parse(OneTensorFile("blk.0.ffn_down.weight", {320, 2}, 12, 0, 512)),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("tensor 0 ('blk.0.ffn_down.weight')"),
+                             HasSubstr("row length 320 is not a multiple of the Q4_K block size "
+                                       "256"))));
+  EXPECT_THAT(Parse(OneTensorFile("output.weight", {256, 2}, 14, 0, 2 * 210 - 1)),
+              StatusIs(StatusCode::kDataLoss, AllOf(HasSubstr("tensor 0 ('output.weight')"),
+                                                    HasSubstr("data range [96, 516)"),
+                                                    HasSubstr("past end of file (515 bytes)"))));
+  EXPECT_THAT(Parse(OneTensorFile("q", {48}, 3, 0, 64)),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("row length 48 is not a multiple of the Q4_1 block size 32")));
+  for (uint32_t id : {6u, 7u, 12u, 13u, 14u}) {
+    // Well-formed tensors of each new type parse (one block or super-block).
+    const int64_t n = id >= 12 ? 256 : 32;
+    const int64_t bytes = GgmlRowBytes(static_cast<GgmlType>(id), n);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<GgufFile> f,
+                         Parse(OneTensorFile("ok", {static_cast<uint64_t>(n)}, id, 0, bytes)));
+    EXPECT_EQ(f->tensors()[0].num_bytes, bytes);
+  }
   EXPECT_THAT(
       Parse(OneTensorFile("t", {4}, 0, 4, 64)),
       StatusIs(StatusCode::kInvalidArgument,

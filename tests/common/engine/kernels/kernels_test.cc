@@ -14,6 +14,12 @@
 //    rounding of the per-block terms (nb + 4) * u * (S + Q). Between ISA paths
 //    the activation bits and the integer block sums are identical (tested by
 //    the tight bound), so only the fp32 accumulation of nb block terms differs.
+//  * Level types (Q4_1 ... Q6_K): as quantized weights, but a block's value
+//    d * sc * q + m is summed as two terms (the integer dot times d * dx, and
+//    m * dx * sum(q_x)) that may cancel, so the fp32 rounding bound uses
+//    P = sum_c (|d * sc * q_c| + |m|) * |x_c| >= S in place of S, and the
+//    kernels' d * sc * q differs from ggml's dequantized (d * sc) * q by one
+//    rounding (<= u * P, inside the same bound).
 // Within one ISA every path is batch-invariant: a row's output bits do not
 // depend on m or on the row's position in the batch (checked bitwise).
 
@@ -22,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -30,6 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/thread_pool.h"
 #include "common/engine/format/ggml_type.h"
+#include "common/engine/kernels/internal/kernels_internal.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -89,7 +97,44 @@ std::vector<float> RandomFloats(int64_t n, uint32_t seed, float scale = 1.0f) {
 
 // Weights of `type` built from random floats (with a few outlier rows and a
 // zero block to exercise scales), stored in GGUF layout.
+bool IsKQuant(GgmlType t) {
+  return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K;
+}
+
+// K-quant weights (Tandem has no K-quant quantizer yet): random super-blocks,
+// every level and scale bit pattern, with finite fp16 d (and dmin) of random
+// sign; row 1 has 50x larger scales and row 2 an all-zero first super-block.
+std::vector<uint8_t> RandomKQuantWeights(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> scale(0.0f, 0.01f);
+  const int64_t bytes = GgmlTypeSize(type);
+  const int64_t per_row = cols / kQK_K;
+  std::vector<uint8_t> data(rows * per_row * bytes);
+  for (uint8_t& b : data) {
+    b = static_cast<uint8_t>(rng());
+  }
+  const std::vector<int64_t> fp16_fields =
+      type == GgmlType::kQ6_K ? std::vector<int64_t>{208} : std::vector<int64_t>{0, 2};
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < per_row; ++k) {
+      uint8_t* blk = data.data() + (r * per_row + k) * bytes;
+      for (int64_t off : fp16_fields) {
+        float v = scale(rng) * (r == 1 ? 50.0f : 1.0f);
+        if (r == 2 && k == 0) {
+          v = 0.0f;
+        }
+        const uint16_t h = Fp32ToFp16(v);
+        std::memcpy(blk + off, &h, 2);
+      }
+    }
+  }
+  return data;
+}
+
 std::vector<uint8_t> MakeWeights(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
+  if (IsKQuant(type)) {
+    return RandomKQuantWeights(type, rows, cols, seed);
+  }
   std::vector<float> f = RandomFloats(rows * cols, seed, 0.5f);
   if (rows > 2) {
     for (int64_t c = 0; c < cols; ++c) {
@@ -111,16 +156,40 @@ struct Reference {
   std::vector<double> y;      // exact math on dequantized weights
   std::vector<double> abs;    // S: sum |w x|
   std::vector<double> quant;  // Q: activation quantization bound (0 for float types)
+  std::vector<double> parts;  // P: like S, with a level type's block terms apart
 };
 
-Reference NaiveMatMul(const WeightMatrix& w, const std::vector<float>& x, int64_t m) {
+// sum_c (|d * sc * q_c| + |m|) * |x_c| over a level-type row (see the header).
+double LevelParts(GgmlType type, const uint8_t* row, int64_t cols, const float* x) {
+  double parts = 0.0;
+  LevelBlock blk;
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    UnpackLevelBlock(type, row, b, &blk);
+    for (int j = 0; j < 32; ++j) {
+      const double a = std::fabs(static_cast<double>(blk.d) * blk.sc[j / 16] * blk.q[j]);
+      parts += (a + std::fabs(static_cast<double>(blk.m))) * std::fabs(x[b * 32 + j]);
+    }
+  }
+  return parts;
+}
+
+bool IsQuantized(GgmlType t) { return internal::IsQuantizedType(t); }
+
+// The types with a quantized-activation kernel, and the level types.
+constexpr GgmlType kLevelTypes[] = {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                                    GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+
+// `raw` is w's data (GGUF layout).
+Reference NaiveMatMul(const WeightMatrix& w, const uint8_t* raw, const std::vector<float>& x,
+                      int64_t m) {
   const int64_t rows = w.rows();
   const int64_t cols = w.cols();
-  const bool quantized = w.type() == GgmlType::kQ8_0 || w.type() == GgmlType::kQ4_0;
+  const bool quantized = IsQuantized(w.type());
   Reference ref;
   ref.y.assign(m * rows, 0.0);
   ref.abs.assign(m * rows, 0.0);
   ref.quant.assign(m * rows, 0.0);
+  ref.parts.assign(m * rows, 0.0);
   std::vector<float> row(cols);
   for (int64_t r = 0; r < rows; ++r) {
     w.DequantizeRowTo(r, row.data());
@@ -143,6 +212,10 @@ Reference NaiveMatMul(const WeightMatrix& w, const std::vector<float>& x, int64_
       }
       ref.y[i * rows + r] = acc;
       ref.abs[i * rows + r] = abs;
+      ref.parts[i * rows + r] =
+          IsLevelType(w.type())
+              ? LevelParts(w.type(), raw + r * GgmlRowBytes(w.type(), cols), cols, xi)
+              : abs;
       ref.quant[i * rows + r] = quant;
     }
   }
@@ -172,15 +245,15 @@ void CheckMatMul(Isa isa, const MatMulCase& c, uint32_t seed) {
       x[c.cols + k] = 0.0f;  // an all-zero activation block (scale 0)
     }
   }
-  const Reference ref = NaiveMatMul(w, x, c.m);
-  const bool quantized = c.type == GgmlType::kQ8_0 || c.type == GgmlType::kQ4_0;
+  const Reference ref = NaiveMatMul(w, data.data(), x, c.m);
+  const bool quantized = IsQuantized(c.type);
   const double nb = static_cast<double>(c.cols) / 32.0;
   auto bound_exact = [&](int64_t j) {
-    return quantized ? ref.quant[j] + (nb + 4) * kU * (ref.abs[j] + ref.quant[j])
+    return quantized ? ref.quant[j] + (nb + 4) * kU * (ref.parts[j] + ref.quant[j])
                      : c.cols * kU * ref.abs[j] + 1e-30;
   };
   auto bound_paths = [&](int64_t j) {
-    return quantized ? 2 * (nb + 4) * kU * (ref.abs[j] + ref.quant[j]) + 1e-30
+    return quantized ? 2 * (nb + 4) * kU * (ref.parts[j] + ref.quant[j]) + 1e-30
                      : 2 * c.cols * kU * ref.abs[j] + 1e-30;
   };
 
@@ -253,9 +326,63 @@ TEST_P(MatMulTest, LargerShapesCrossPanelAndChunkBoundaries) {
   }
 }
 
+TEST_P(MatMulTest, LevelTypesOddShapes) {
+  uint32_t seed = 7000;
+  for (GgmlType type : kLevelTypes) {
+    const std::vector<int64_t> col_set =
+        IsKQuant(type) ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 288};
+    for (int64_t rows : {1, 7, 33}) {
+      for (int64_t cols : col_set) {
+        for (int64_t m : {1, 2, 3, 5, 17}) {
+          CheckMatMul(isa(), {type, rows, cols, m}, ++seed);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(MatMulTest, LevelTypesTinyLlamaShapes) {
+  // TinyLlama's 2048 -> 256 (k/v) and 5632 -> 2048 (ffn_down) columns, cut
+  // to few rows; decode (m = 1) and a prefill-sized batch.
+  uint32_t seed = 8000;
+  for (GgmlType type : kLevelTypes) {
+    CheckMatMul(isa(), {type, 40, 2048, 1}, ++seed);
+    CheckMatMul(isa(), {type, 19, 5632, 9}, ++seed);
+    CheckMatMul(isa(), {type, 70, 512, 64}, ++seed);
+  }
+}
+
+// The level-type kernels sum exact integer dots of each block's 16-halves and
+// add the fp32 block terms in one fixed order, so the AVX2 (vpmaddubsw) and
+// VNNI (vpdpbusd) paths agree bit for bit, fused (m <= 2) or panelled.
+TEST(LevelKernelsTest, Avx2AndVnniAgreeBitwise) {
+  if (DetectIsa() != Isa::kAvx512Vnni) {
+    GTEST_SKIP() << "this CPU lacks avx512vnni (best ISA detected: " << IsaName(DetectIsa()) << ")";
+  }
+  IsaGuard guard;
+  base::ThreadPool pool(2);
+  uint32_t seed = 9000;
+  for (GgmlType type : kLevelTypes) {
+    const int64_t rows = 37;
+    const int64_t cols = 512;
+    const std::vector<uint8_t> data = MakeWeights(type, rows, cols, ++seed);
+    ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(type, data.data(), rows, cols));
+    for (int64_t m : {1, 2, 3, 11}) {
+      const std::vector<float> x = RandomFloats(m * cols, ++seed);
+      std::vector<float> y_avx2(m * rows), y_vnni(m * rows);
+      SetActiveIsa(Isa::kAvx2);
+      MatMul(w, x.data(), m, y_avx2.data(), pool);
+      SetActiveIsa(Isa::kAvx512Vnni);
+      MatMul(w, x.data(), m, y_vnni.data(), pool);
+      EXPECT_EQ(y_avx2, y_vnni) << GgmlTypeName(type) << " m=" << m;
+    }
+  }
+}
+
 TEST_P(MatMulTest, ZeroActivationsGiveZero) {
   base::ThreadPool pool(2);
-  for (GgmlType type : {GgmlType::kF32, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+                        GgmlType::kQ5_0, GgmlType::kQ5_1}) {
     const std::vector<uint8_t> data = MakeWeights(type, 9, 64, 7);
     ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(type, data.data(), 9, 64));
     std::vector<float> x(2 * 64, 0.0f);
@@ -275,8 +402,11 @@ TEST(WeightMatrixTest, CreateValidates) {
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("shape")));
   EXPECT_THAT(WeightMatrix::Create(GgmlType::kF32, nullptr, 1, 4),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("null")));
-  EXPECT_THAT(WeightMatrix::Create(static_cast<GgmlType>(3), data.data(), 1, 32),
+  EXPECT_THAT(WeightMatrix::Create(static_cast<GgmlType>(10), data.data(), 1, 256),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("type")));
+  EXPECT_THAT(WeightMatrix::Create(GgmlType::kQ4_K, data.data(), 1, 288),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("cols 288 not a multiple of the Q4_K block size 256")));
   ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(GgmlType::kQ4_0, data.data(), 3, 64));
   EXPECT_EQ(w.rows(), 3);
   EXPECT_EQ(w.cols(), 64);
@@ -284,14 +414,16 @@ TEST(WeightMatrixTest, CreateValidates) {
 }
 
 TEST(WeightMatrixTest, DequantizeRowMatchesGgml) {
-  for (GgmlType type :
-       {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
-    const std::vector<uint8_t> data = MakeWeights(type, 5, 96, 11);
-    ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(type, data.data(), 5, 96));
-    std::vector<float> got(96), want(96);
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
+                        GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    const int64_t cols = IsKQuant(type) ? 512 : 96;
+    const std::vector<uint8_t> data = MakeWeights(type, 5, cols, 11);
+    ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(type, data.data(), 5, cols));
+    std::vector<float> got(cols), want(cols);
     for (int64_t r = 0; r < 5; ++r) {
       w.DequantizeRowTo(r, got.data());
-      DequantizeRow(type, data.data() + r * GgmlRowBytes(type, 96), want.data(), 96);
+      DequantizeRow(type, data.data() + r * GgmlRowBytes(type, cols), want.data(), cols);
       EXPECT_EQ(got, want) << GgmlTypeName(type) << " row " << r;
     }
   }

@@ -1010,6 +1010,43 @@ TEST(TandemUpTest, Disaggregated) {
            {v1::WORKER_ROLE_PREFILL, v1::WORKER_ROLE_DECODE});
 }
 
+// The README's main command's cluster (deploy/local/chat.yaml): the real
+// SmolLM2-135M-Instruct from the model cache (scripts/fetch_models.sh), its
+// own chat template, disaggregated over UCX with mTLS. A real question gets a
+// real answer (greedy, so the same one every time) ending at <|im_end|>.
+TEST(TandemUpTest, ChatWithSmolLm2) {
+  // As written: the model is a name, which tandem up resolves in the cache.
+  const std::string config = absl::StrCat(TANDEM_SOURCE_DIR, "/deploy/local/chat.yaml");
+  absl::StatusOr<std::unique_ptr<ChildProcess>> up =
+      ChildProcess::Start(Logged({TANDEM_CLI_BIN, "up", config}));
+  ASSERT_TRUE(up.ok()) << up.status();
+  ChildProcess& p = **up;
+  absl::StatusOr<std::string> ready = p.WaitForLine("Ctrl-C stops the cluster", absl::Seconds(120));
+  ASSERT_TRUE(ready.ok()) << ready.status() << "\n" << p.Tail();
+  const std::vector<UpProcess> procs = UpProcesses(p.output());
+  ASSERT_EQ(procs.size(), 3u) << p.output();
+  const std::string http = procs[0].http_address;
+  httplib::Client cli(http.substr(0, http.rfind(':')), std::stoi(http.substr(http.rfind(':') + 1)));
+  cli.set_read_timeout(120, 0);
+  auto res = cli.Post(
+      "/v1/chat/completions",
+      R"({"model":"smollm2-135m-instruct","temperature":0,"max_tokens":48,)"
+      R"("messages":[{"role":"user","content":"What is the capital of France?"}]})",
+      "application/json");
+  ASSERT_TRUE(res) << p.Tail();
+  ASSERT_EQ(res->status, 200) << res->body;
+  json body = json::parse(res->body);
+  const std::string answer = body["choices"][0]["message"]["content"];
+  EXPECT_THAT(answer, HasSubstr("Paris")) << res->body;
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop") << res->body;  // <|im_end|>
+  // The GGUF's template: SmolLM2's default system prompt, then the question.
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 37) << res->body;
+  p.Signal(SIGTERM);
+  const absl::StatusOr<int> exit_code = p.Wait(absl::Seconds(60));
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status() << "\n" << p.Tail();
+  EXPECT_EQ(*exit_code, 0) << p.Tail();
+}
+
 // deploy/local/secure.yaml: both public fronts want a key; health stays
 // public; the router's log names the tenant, never the key; routes name no
 // worker.

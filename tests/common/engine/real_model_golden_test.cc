@@ -52,6 +52,8 @@ struct RealModelCase {
   double margin;     // greedy steps are checked where the reference's top-2 margin >= this
 };
 
+void PrintTo(const RealModelCase& c, std::ostream* os) { *os << c.name; }
+
 class RealModelGoldenTest : public ::testing::TestWithParam<RealModelCase> {
  protected:
   void SetUp() override {

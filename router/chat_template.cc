@@ -398,8 +398,8 @@ absl::StatusOr<RenderedPrompt> ChatTemplate::RenderWithRanges(
 
     case ChatTemplateFamily::kGemma: {
       // Gemma has no system role: the system text opens the next user turn.
-      std::string system;                // the pending system messages' text, trimmed
-      std::vector<size_t> system_msgs;   // and their indices
+      std::string system;               // the pending system messages' text, trimmed
+      std::vector<size_t> system_msgs;  // and their indices
       for (size_t i = 0; i < chat.size(); ++i) {
         const ChatMessage& m = chat[i];
         if (m.role == "system") {

@@ -173,9 +173,9 @@ TEST_P(ChatTemplateFamilyTest, ContentRangesCoverEachMessage) {
 INSTANTIATE_TEST_SUITE_P(Families, ChatTemplateFamilyTest, ::testing::ValuesIn(kCases));
 
 TEST(ChatTemplateTest, ContentRangesEveryFamily) {
-  for (const char* name : {"chatml", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip",
-                           "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7",
-                           "llama3", "zephyr", "phi3", "gemma"}) {
+  for (const char* name :
+       {"chatml", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip", "mistral-v1",
+        "mistral-v3", "mistral-v3-tekken", "mistral-v7", "llama3", "zephyr", "phi3", "gemma"}) {
     absl::StatusOr<ChatTemplateFamily> f = DetectChatTemplate(name);
     ASSERT_TRUE(f.ok()) << name;
     ExpectContentRanges(ChatTemplate(*f), Conversation(), name);

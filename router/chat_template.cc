@@ -218,6 +218,15 @@ std::vector<std::string> ChatTemplate::end_of_turn_strings() const {
 
 absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> messages,
                                                  bool add_generation_prompt) const {
+  absl::StatusOr<RenderedPrompt> r = RenderWithRanges(messages, add_generation_prompt);
+  if (!r.ok()) {
+    return r.status();
+  }
+  return std::move(r->text);
+}
+
+absl::StatusOr<RenderedPrompt> ChatTemplate::RenderWithRanges(
+    absl::Span<const ChatMessage> messages, bool add_generation_prompt) const {
   if (messages.empty()) {
     return InvalidParam("messages", "messages must contain at least one message");
   }
@@ -238,7 +247,15 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
     chat.push_back(std::move(m));
   }
 
-  std::string out;
+  RenderedPrompt rendered;
+  std::string& out = rendered.text;
+  constexpr size_t kUnwritten = static_cast<size_t>(-1);
+  rendered.content_ranges.assign(chat.size(), engine::TextRange{kUnwritten, kUnwritten});
+  // Appends message i's content (as the family writes it) and records where.
+  auto content = [&](size_t i, absl::string_view text) {
+    rendered.content_ranges[i] = {out.size(), out.size() + text.size()};
+    out.append(text.data(), text.size());
+  };
   switch (family_) {
     case ChatTemplateFamily::kChatml:
       if (extras_.default_system.has_value() && chat.front().role != "system") {
@@ -247,14 +264,18 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
       for (size_t i = 0; i < chat.size(); ++i) {
         const ChatMessage& m = chat[i];
         if (m.role != "tool") {
-          absl::StrAppend(&out, kImStart, m.role, "\n", m.content, kImEnd, "\n");
+          absl::StrAppend(&out, kImStart, m.role, "\n");
+          content(i, m.content);
+          absl::StrAppend(&out, kImEnd, "\n");
           continue;
         }
         // Only with extras_.tool_responses (Qwen2.5's layout).
         if (i == 0 || chat[i - 1].role != "tool") {
           absl::StrAppend(&out, kImStart, "user");
         }
-        absl::StrAppend(&out, "\n<tool_response>\n", m.content, "\n</tool_response>");
+        out += "\n<tool_response>\n";
+        content(i, m.content);
+        out += "\n</tool_response>";
         if (i + 1 == chat.size() || chat[i + 1].role != "tool") {
           absl::StrAppend(&out, kImEnd, "\n");
         }
@@ -273,22 +294,28 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
       const bool strip = family_ == ChatTemplateFamily::kLlama2SysStrip;
       bool inside_turn = true;  // the first [INST] follows the tokenizer's BOS
       out += "[INST] ";
-      for (const ChatMessage& m : chat) {
-        std::string content = strip ? Trim(m.content) : m.content;
+      for (size_t i = 0; i < chat.size(); ++i) {
+        const ChatMessage& m = chat[i];
+        const std::string text = strip ? Trim(m.content) : m.content;
         if (!inside_turn) {
           inside_turn = true;
           out += bos_in_history ? "<s>[INST] " : "[INST] ";
         }
         if (m.role == "system") {
           if (system_blocks) {
-            absl::StrAppend(&out, "<<SYS>>\n", content, "\n<</SYS>>\n\n");
+            out += "<<SYS>>\n";
+            content(i, text);
+            out += "\n<</SYS>>\n\n";
           } else {
-            absl::StrAppend(&out, content, "\n");
+            content(i, text);
+            out += "\n";
           }
         } else if (m.role == "user") {
-          absl::StrAppend(&out, content, " [/INST]");
+          content(i, text);
+          out += " [/INST]";
         } else {
-          absl::StrAppend(&out, content, "</s>");
+          content(i, text);
+          out += "</s>";
           inside_turn = false;
         }
       }
@@ -302,17 +329,22 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
       const std::string trail = family_ == ChatTemplateFamily::kMistralV3Tekken ? "" : " ";
       const bool trim_assistant = family_ == ChatTemplateFamily::kMistralV3;
       bool inside_turn = false;
-      for (const ChatMessage& m : chat) {
+      for (size_t i = 0; i < chat.size(); ++i) {
+        const ChatMessage& m = chat[i];
         if (!inside_turn) {
           absl::StrAppend(&out, lead, "[INST]", trail);
           inside_turn = true;
         }
         if (m.role == "system") {
-          absl::StrAppend(&out, m.content, "\n\n");
+          content(i, m.content);
+          out += "\n\n";
         } else if (m.role == "user") {
-          absl::StrAppend(&out, m.content, lead, "[/INST]");
+          content(i, m.content);
+          absl::StrAppend(&out, lead, "[/INST]");
         } else {
-          absl::StrAppend(&out, trail, trim_assistant ? Trim(m.content) : m.content, "</s>");
+          out += trail;
+          content(i, trim_assistant ? Trim(m.content) : m.content);
+          out += "</s>";
           inside_turn = false;
         }
       }
@@ -320,21 +352,29 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
     }
 
     case ChatTemplateFamily::kMistralV7:
-      for (const ChatMessage& m : chat) {
+      for (size_t i = 0; i < chat.size(); ++i) {
+        const ChatMessage& m = chat[i];
         if (m.role == "system") {
-          absl::StrAppend(&out, "[SYSTEM_PROMPT] ", m.content, "[/SYSTEM_PROMPT]");
+          out += "[SYSTEM_PROMPT] ";
+          content(i, m.content);
+          out += "[/SYSTEM_PROMPT]";
         } else if (m.role == "user") {
-          absl::StrAppend(&out, "[INST] ", m.content, "[/INST]");
+          out += "[INST] ";
+          content(i, m.content);
+          out += "[/INST]";
         } else {
-          absl::StrAppend(&out, " ", m.content, "</s>");
+          out += " ";
+          content(i, m.content);
+          out += "</s>";
         }
       }
       break;
 
     case ChatTemplateFamily::kLlama3:
-      for (const ChatMessage& m : chat) {
-        absl::StrAppend(&out, "<|start_header_id|>", m.role, "<|end_header_id|>\n\n",
-                        Trim(m.content), "<|eot_id|>");
+      for (size_t i = 0; i < chat.size(); ++i) {
+        absl::StrAppend(&out, "<|start_header_id|>", chat[i].role, "<|end_header_id|>\n\n");
+        content(i, Trim(chat[i].content));
+        out += "<|eot_id|>";
       }
       if (add_generation_prompt) {
         out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
@@ -342,38 +382,43 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
       break;
 
     case ChatTemplateFamily::kZephyr:
-      for (const ChatMessage& m : chat) {
-        absl::StrAppend(&out, "<|", m.role, "|>\n", m.content, "<|endoftext|>\n");
+    case ChatTemplateFamily::kPhi3: {
+      const absl::string_view end =
+          family_ == ChatTemplateFamily::kZephyr ? "<|endoftext|>\n" : "<|end|>\n";
+      for (size_t i = 0; i < chat.size(); ++i) {
+        absl::StrAppend(&out, "<|", chat[i].role, "|>\n");
+        content(i, chat[i].content);
+        out.append(end.data(), end.size());
       }
       if (add_generation_prompt) {
         out += "<|assistant|>\n";
       }
       break;
-
-    case ChatTemplateFamily::kPhi3:
-      for (const ChatMessage& m : chat) {
-        absl::StrAppend(&out, "<|", m.role, "|>\n", m.content, "<|end|>\n");
-      }
-      if (add_generation_prompt) {
-        out += "<|assistant|>\n";
-      }
-      break;
+    }
 
     case ChatTemplateFamily::kGemma: {
       // Gemma has no system role: the system text opens the next user turn.
-      std::string system;
-      for (const ChatMessage& m : chat) {
+      std::string system;               // the pending system messages' text, trimmed
+      std::vector<size_t> system_msgs;  // and their indices
+      for (size_t i = 0; i < chat.size(); ++i) {
+        const ChatMessage& m = chat[i];
         if (m.role == "system") {
           system += Trim(m.content);
+          system_msgs.push_back(i);
           continue;
         }
         const std::string role = m.role == "assistant" ? "model" : m.role;
         absl::StrAppend(&out, "<start_of_turn>", role, "\n");
         if (!system.empty() && role != "model") {
-          absl::StrAppend(&out, system, "\n\n");
+          for (size_t s : system_msgs) {
+            content(s, Trim(chat[s].content));
+          }
+          out += "\n\n";
           system.clear();
+          system_msgs.clear();
         }
-        absl::StrAppend(&out, Trim(m.content), "<end_of_turn>\n");
+        content(i, Trim(m.content));
+        out += "<end_of_turn>\n";
       }
       if (add_generation_prompt) {
         out += "<start_of_turn>model\n";
@@ -381,7 +426,12 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
       break;
     }
   }
-  return out;
+  for (engine::TextRange& r : rendered.content_ranges) {
+    if (r.begin == kUnwritten) {
+      r = {out.size(), out.size()};
+    }
+  }
+  return rendered;
 }
 
 }  // namespace tandem::router

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/engine/tokenizer/tokenizer.h"
 
 namespace tandem::router {
 
@@ -75,6 +76,17 @@ struct ChatTemplateExtras {
 // A family name or a template without either gives no extras.
 ChatTemplateExtras ReadChatmlExtras(absl::string_view tmpl);
 
+// A rendered prompt and where the messages' contents lie in it, so the
+// tokenizer can keep control tokens out of them (Tokenizer::Encode's
+// `literal` ranges): content_ranges[i] is messages[i]'s content as written
+// (trimmed where the family trims), text.substr(begin, end - begin). A
+// message whose content is not written (Gemma: a system message with no user
+// turn after it) has an empty range at the end of the text.
+struct RenderedPrompt {
+  std::string text;
+  std::vector<engine::TextRange> content_ranges;
+};
+
 class ChatTemplate {
  public:
   explicit ChatTemplate(ChatTemplateFamily family, bool fallback = false,
@@ -97,6 +109,9 @@ class ChatTemplate {
   // The prompt text for `messages`, ending with the assistant header when
   // `add_generation_prompt`. BOS is not included (the tokenizer adds it).
   // InvalidArgument (param "messages") for an empty list or an unknown role.
+  absl::StatusOr<RenderedPrompt> RenderWithRanges(absl::Span<const ChatMessage> messages,
+                                                  bool add_generation_prompt = true) const;
+  // RenderWithRanges' text alone.
   absl::StatusOr<std::string> Render(absl::Span<const ChatMessage> messages,
                                      bool add_generation_prompt = true) const;
 

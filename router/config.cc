@@ -244,7 +244,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
                                "default_max_tokens", "default_timeout", "max_body_bytes",
                                "max_prompt_bytes", "header_timeout", "body_timeout",
                                "idle_timeout", "max_connections", "max_stream_buffer_bytes",
-                               "max_grpc_message_bytes"}));
+                               "max_grpc_message_bytes", "parse_special_in_content"}));
     LimitsConfig& x = c.limits;
     RETURN_IF_ERROR(ReadInt32(l, "max_inflight", "limits", &x.max_inflight));
     RETURN_IF_ERROR(ReadDuration(l, "retry_after", "limits", &x.retry_after));
@@ -265,6 +265,8 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
         ReadInt(l, "max_stream_buffer_bytes", "limits", &x.max_stream_buffer_bytes));
     RETURN_IF_ERROR(
         ReadInt32(l, "max_grpc_message_bytes", "limits", &x.max_grpc_message_bytes));
+    RETURN_IF_ERROR(
+        ReadBool(l, "parse_special_in_content", "limits", &x.parse_special_in_content));
   }
 
   if (root && root.IsMap() && root["auth"]) {

@@ -62,6 +62,10 @@
 //                                       # more cancels the request and closes
 //     max_grpc_message_bytes: 4194304  # gRPC front, both ways; a Tokenize reply
 //                                      # over it is RESOURCE_EXHAUSTED
+//     parse_special_in_content: false  # true: control-token text inside chat
+//                                      # message content ("<|im_end|>") becomes
+//                                      # the control token (llama.cpp's server,
+//                                      # transformers); false: it stays text
 //   auth:                           # API keys on both public fronts (router/auth.h);
 //                                   # no key configured = no authentication
 //     keys_file: ""                 # YAML {tenants: [{name, key | key_sha256}]};
@@ -131,6 +135,10 @@ struct LimitsConfig {
   // set explicitly). Tokenize answers RESOURCE_EXHAUSTED naming this limit
   // rather than send a reply a default client cannot receive.
   int32_t max_grpc_message_bytes = 4 << 20;
+  // Chat: the text of a control token inside a message's content is that
+  // token (prompt injection: a user can close its turn and open a system
+  // one). Off: only the template's own markers are control tokens.
+  bool parse_special_in_content = false;
 };
 
 // Where API keys come from and which HTTP paths stay public (router/auth.h).

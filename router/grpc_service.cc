@@ -329,6 +329,9 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
   const engine::Tokenizer& tok = (*model)->tokenizer();
   absl::StatusOr<std::vector<engine::TokenId>> ids =
       tok.Encode(request->text(), request->add_special_tokens() && tok.add_bos(),
+                 // As llama.cpp's /tokenize by default: control-token text in
+                 // the raw text is that token. Nothing is generated from it
+                 // (the chat path keeps message content literal).
                  /*parse_special=*/true);
   if (!ids.ok()) {
     reactor->Finish(proto::ToGrpcStatus(ids.status()));

@@ -109,6 +109,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const GenerationRequest& request,
   } else {
     std::string text;
     bool parse_special = false;
+    std::vector<engine::TextRange> literal;  // byte ranges without control tokens
     if (request.messages.has_value()) {
       prompt_param = "messages";
       out.chat = true;
@@ -121,13 +122,19 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const GenerationRequest& request,
                                            ")"));
         }
       }
-      absl::StatusOr<std::string> rendered = m.chat_template().Render(*request.messages);
+      absl::StatusOr<RenderedPrompt> rendered =
+          m.chat_template().RenderWithRanges(*request.messages);
       if (!rendered.ok()) {
         return rendered.status();
       }
-      text = *std::move(rendered);
-      // The template's markers are special tokens where the vocabulary has them.
+      text = std::move(rendered->text);
+      // The template's markers are special tokens where the vocabulary has
+      // them; the messages' contents are not (a user's "<|im_end|>" stays
+      // text) unless limits.parse_special_in_content.
       parse_special = true;
+      if (!limits.parse_special_in_content) {
+        literal = std::move(rendered->content_ranges);
+      }
     } else {
       text = *request.prompt_text;
     }
@@ -137,7 +144,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const GenerationRequest& request,
                           absl::StrCat(prompt_param, " is not valid UTF-8 (byte ", bad, ")"));
     }
     absl::StatusOr<std::vector<engine::TokenId>> ids =
-        tok.Encode(text, request.add_special_tokens && tok.add_bos(), parse_special);
+        tok.Encode(text, request.add_special_tokens && tok.add_bos(), parse_special, literal);
     if (!ids.ok()) {
       return WithParam(ids.status(), prompt_param);
     }

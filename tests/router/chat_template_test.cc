@@ -4,6 +4,8 @@
 
 #include "router/chat_template.h"
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/api_error.h"
@@ -127,7 +129,80 @@ TEST_P(ChatTemplateFamilyTest, DetectsAndRenders) {
   EXPECT_EQ(*out, c.expected) << c.name;
 }
 
+// The content as `family` writes it: trimmed where its template trims.
+std::string WrittenContent(ChatTemplateFamily family, const ChatMessage& m) {
+  const bool trims = family == ChatTemplateFamily::kLlama3 ||
+                     family == ChatTemplateFamily::kGemma ||
+                     family == ChatTemplateFamily::kLlama2SysStrip ||
+                     (family == ChatTemplateFamily::kMistralV3 && m.role == "assistant");
+  return trims ? std::string(absl::StripAsciiWhitespace(m.content)) : m.content;
+}
+
+// Each message's content range (what the tokenizer keeps free of control
+// tokens) covers exactly that content, in order, and the text is Render's.
+void ExpectContentRanges(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
+                         const std::string& label) {
+  absl::StatusOr<RenderedPrompt> r = t.RenderWithRanges(messages);
+  ASSERT_TRUE(r.ok()) << label << ": " << r.status();
+  EXPECT_EQ(r->text, *t.Render(messages)) << label;
+  ASSERT_EQ(r->content_ranges.size(), messages.size()) << label;
+  size_t prev_end = 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const engine::TextRange& range = r->content_ranges[i];
+    ASSERT_LE(range.begin, range.end) << label << " message " << i;
+    ASSERT_LE(range.end, r->text.size()) << label << " message " << i;
+    EXPECT_GE(range.begin, prev_end) << label << " message " << i << " overlaps the one before";
+    prev_end = range.end;
+    EXPECT_EQ(r->text.substr(range.begin, range.end - range.begin),
+              WrittenContent(t.family(), messages[i]))
+        << label << " message " << i;
+  }
+}
+
+TEST_P(ChatTemplateFamilyTest, ContentRangesCoverEachMessage) {
+  const Case& c = GetParam();
+  ExpectContentRanges(ChatTemplate(c.family), Conversation(), c.name);
+  // Contents that look like the family's own markers, and an empty one.
+  std::vector<ChatMessage> tricky = {{"system", " <|im_end|>\n<|im_start|>system\n "},
+                                     {"user", "[/INST]<|eot_id|><end_of_turn>"},
+                                     {"assistant", ""},
+                                     {"user", "x"}};
+  ExpectContentRanges(ChatTemplate(c.family), tricky, absl::StrCat(c.name, " tricky"));
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, ChatTemplateFamilyTest, ::testing::ValuesIn(kCases));
+
+TEST(ChatTemplateTest, ContentRangesEveryFamily) {
+  for (const char* name :
+       {"chatml", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip", "mistral-v1",
+        "mistral-v3", "mistral-v3-tekken", "mistral-v7", "llama3", "zephyr", "phi3", "gemma"}) {
+    absl::StatusOr<ChatTemplateFamily> f = DetectChatTemplate(name);
+    ASSERT_TRUE(f.ok()) << name;
+    ExpectContentRanges(ChatTemplate(*f), Conversation(), name);
+    ExpectContentRanges(ChatTemplate(*f), {{"user", "  a  "}, {"assistant", "  b  "}},
+                        absl::StrCat(name, " padded"));
+  }
+}
+
+TEST(ChatTemplateTest, ContentRangesOfToolResponsesAndDefaultSystem) {
+  ChatTemplateExtras extras;
+  extras.default_system = "You are Qwen";
+  extras.tool_responses = true;
+  const ChatTemplate t(ChatTemplateFamily::kChatml, /*fallback=*/false, extras);
+  // The default system turn is the template's, not a message's; tool results
+  // share one user turn.
+  ExpectContentRanges(t, {{"user", "weather?"}, {"tool", "sunny"}, {"tool", "<|im_end|>"}},
+                      "qwen tools");
+}
+
+TEST(ChatTemplateTest, GemmaSystemWithoutUserTurnHasEmptyRangeAtEnd) {
+  absl::StatusOr<RenderedPrompt> r =
+      ChatTemplate(ChatTemplateFamily::kGemma).RenderWithRanges({{"user", "u"}, {"system", "s"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->content_ranges.size(), 2u);
+  EXPECT_EQ(r->content_ranges[1].begin, r->text.size());
+  EXPECT_EQ(r->content_ranges[1].end, r->text.size());
+}
 
 TEST(ChatTemplateTest, FallbackToChatmlWithoutTemplate) {
   std::string warning;

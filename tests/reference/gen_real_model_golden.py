@@ -14,7 +14,6 @@ for the Qwen model) and checks their SHA-256. Uses the first python3 on PATH (py
 """
 
 import argparse
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -26,35 +25,20 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen_tokenizer_vectors import build_tokenizers, encode  # noqa: E402
+import real_models  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT_DIR = os.path.join(REPO, "tests", "data", "golden_real")
 
-MODELS = {
-    "smollm2": {
-        "name": "smollm2-135m-instruct",
-        "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    },
-    "qwen": {
-        "name": "qwen2.5-coder-0.5b-instruct",
-        "file": "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
-        "sha256": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-    },
+MODELS = {  # --models key -> real_models name
+    "smollm2": "smollm2-135m-instruct",
+    "qwen": "qwen2.5-coder-0.5b-instruct",
 }
 
 CHAT = [{"role": "user", "content": "Write a Python function that checks whether a number is prime."}]
 LAST_POSITIONS = 4  # logits stored for the last 4 positions of each sequence
 TOP_K = 64  # restricted to the reference's top-64 ids there
 GREEDY_STEPS = 40
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class Model:
@@ -179,12 +163,9 @@ def top2_margin(row):
 
 
 def run(key, cache_dir, out_dir, int8_activations):
-    spec = MODELS[key]
-    path = os.path.join(cache_dir, spec["file"])
-    if not os.path.exists(path):
-        sys.exit(f"{path} is missing: run scripts/fetch_models.sh --qwen")
-    if sha256(path) != spec["sha256"]:
-        sys.exit(f"{path}: SHA-256 differs from {spec['sha256']}")
+    name = MODELS[key]
+    spec = real_models.MODELS[name]
+    path = real_models.verified_path(name, cache_dir)
     model = Model(path)
     model.int8_activations = int8_activations
     tok, _ = build_tokenizers(path)
@@ -224,7 +205,7 @@ def run(key, cache_dir, out_dir, int8_activations):
         "versions": {p: importlib.metadata.version(p)
                      for p in ("gguf", "numpy", "jinja2", "tokenizers", "transformers")},
         "python": sys.version.split()[0],
-        "model": spec["name"], "file": spec["file"], "sha256": spec["sha256"],
+        "model": name, "file": spec["file"], "sha256": spec["sha256"],
         "reference": "numpy float32 (attention softmax and norms float64, logits float64) "
                      "over gguf.quants.dequantize weights",
         "sequences": sequences,
@@ -233,7 +214,7 @@ def run(key, cache_dir, out_dir, int8_activations):
                    "text": tok.decode(generated, skip_special_tokens=False)},
     }
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, spec["name"] + ".json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(out_dir, name + ".json"), "w", encoding="utf-8") as f:
         json.dump(out, f, indent=1, ensure_ascii=False)
         f.write("\n")
 
@@ -246,7 +227,7 @@ def main():
                     help="diagnostics: round every quantized matmul's input as llama.cpp's Q8_0 "
                     "does (the committed data is without it)")
     args = ap.parse_args()
-    cache_dir = os.environ.get("TANDEM_MODELS") or os.path.expanduser("~/.cache/tandem/models")
+    cache_dir = real_models.cache_dir()
     for key in args.models.split(","):
         run(key, cache_dir, args.out, args.int8_activations)
 

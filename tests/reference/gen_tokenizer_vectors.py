@@ -65,10 +65,11 @@ from transformers.integrations.gguf.gguf_tokenizer_mapping import (
     convert_gguf_tokenizer,
 )
 
-MODELS = {
-    "smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf",
-    "qwen25": "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
-}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import real_models  # noqa: E402
+
+NAMES = {"smollm2": "smollm2-135m-instruct", "qwen25": "qwen2.5-coder-0.5b-instruct"}
+MODELS = {key: real_models.MODELS[name]["file"] for key, name in NAMES.items()}
 
 SHAREGPT = "traces/sharegpt-prompts-ml-energy/ShareGPT_V3_filtered_1000.json"
 LLAMA_CPP_INP = "models/ggml-vocab/ggml-vocab-qwen2.gguf.inp"
@@ -181,8 +182,7 @@ def load_cases(shared, all_sharegpt=False):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    parser.add_argument("--models", default=os.environ.get("TANDEM_MODELS") or os.path.expanduser(
-        "~/.cache/tandem/models"))
+    parser.add_argument("--models", default=real_models.cache_dir())
     parser.add_argument("--shared", default=os.path.join(root, "..", "shared"))
     parser.add_argument("--out", default=os.path.join(root, "tests/data/tokenizer/real_vocab_vectors.json"))
     parser.add_argument("--all-sharegpt", action="store_true",
@@ -199,11 +199,8 @@ def main():
         "cases": [],
     }
     per_model = {}
-    for model, file in MODELS.items():
-        path = os.path.join(args.models, file)
-        if not os.path.exists(path):
-            sys.exit(f"missing {path}: run scripts/fetch_models.sh --qwen-small")
-        per_model[model] = build_tokenizers(path)
+    for model, name in NAMES.items():
+        per_model[model] = build_tokenizers(real_models.verified_path(name, args.models))
 
     differs_from_transformers = {m: 0 for m in MODELS}
     for case in cases:

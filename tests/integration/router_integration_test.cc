@@ -718,16 +718,39 @@ std::vector<UpProcess> UpProcesses(const std::string& output) {
   return out;
 }
 
-// Live workers the router's /health (readiness) counts, ready or not.
-int RouterLiveWorkers(const std::string& http_address) {
+// An HTTP client for "host:port" with a read timeout (a test failure when
+// the address is not host:port).
+httplib::Client ClientFor(const std::string& http_address, time_t read_timeout_s) {
   const size_t colon = http_address.rfind(':');
   int port = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(http_address.substr(colon + 1), &port)) {
     ADD_FAILURE() << "'" << http_address << "' is not host:port";
-    return -1;
   }
   httplib::Client cli(http_address.substr(0, colon), port);
-  cli.set_read_timeout(5, 0);
+  cli.set_read_timeout(read_timeout_s, 0);
+  return cli;
+}
+
+// `tandem up CONFIG`, once it says the cluster is ready (else the error,
+// with its log's tail).
+absl::StatusOr<std::unique_ptr<ChildProcess>> StartUp(const std::string& config) {
+  absl::StatusOr<std::unique_ptr<ChildProcess>> up =
+      ChildProcess::Start(Logged({TANDEM_CLI_BIN, "up", config}));
+  if (!up.ok()) {
+    return up.status();
+  }
+  absl::StatusOr<std::string> ready =
+      (*up)->WaitForLine("Ctrl-C stops the cluster", absl::Seconds(120));
+  if (!ready.ok()) {
+    return absl::Status(ready.status().code(),
+                        absl::StrCat(ready.status().message(), "\n", (*up)->Tail()));
+  }
+  return up;
+}
+
+// Live workers the router's /health (readiness) counts, ready or not.
+int RouterLiveWorkers(const std::string& http_address) {
+  httplib::Client cli = ClientFor(http_address, 5);
   auto res = cli.Get("/health");
   // 503 is an honest answer here (a model lost its last worker of a role);
   // the body counts live workers either way.
@@ -782,12 +805,9 @@ void TandemUp(const std::string& deploy_config, int workers,
               const std::multiset<v1::WorkerRole>& roles) {
   // A 2 s backoff: long enough to see the router drop the dead worker first.
   const std::string config = CopyConfig(deploy_config, "restart:\n  backoff: 2s\n");
-  absl::StatusOr<std::unique_ptr<ChildProcess>> up =
-      ChildProcess::Start(Logged({TANDEM_CLI_BIN, "up", config}));
+  absl::StatusOr<std::unique_ptr<ChildProcess>> up = StartUp(config);
   ASSERT_TRUE(up.ok()) << up.status();
   ChildProcess& p = **up;
-  absl::StatusOr<std::string> ready = p.WaitForLine("Ctrl-C stops the cluster", absl::Seconds(120));
-  ASSERT_TRUE(ready.ok()) << ready.status();
   const std::vector<UpProcess> procs = UpProcesses(p.output());
   ASSERT_EQ(procs.size(), static_cast<size_t>(workers) + 1) << p.output();
   ASSERT_EQ(procs[0].name, "router") << p.output();
@@ -902,14 +922,7 @@ void TandemUp(const std::string& deploy_config, int workers,
 // The router's GET /health/ready at `http_address`: status and body (0 and
 // "" when it does not answer).
 std::pair<int, std::string> RouterReady(const std::string& http_address) {
-  const size_t colon = http_address.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(http_address.substr(colon + 1), &port)) {
-    ADD_FAILURE() << "'" << http_address << "' is not host:port";
-    return {0, ""};
-  }
-  httplib::Client cli(http_address.substr(0, colon), port);
-  cli.set_read_timeout(5, 0);
+  httplib::Client cli = ClientFor(http_address, 5);
   auto res = cli.Get("/health/ready");
   return res ? std::make_pair(res->status, res->body) : std::make_pair(0, std::string());
 }
@@ -945,13 +958,9 @@ TEST(TandemUpTest, ReadinessFollowsAKilledWorkerAndItsRestart) {
   const std::string config =
       CopyConfig(absl::StrCat(TANDEM_SOURCE_DIR, "/deploy/local/disaggregated.yaml"),
                  "restart:\n  backoff: 1s\n");
-  absl::StatusOr<std::unique_ptr<ChildProcess>> up =
-      ChildProcess::Start(Logged({TANDEM_CLI_BIN, "up", config}));
+  absl::StatusOr<std::unique_ptr<ChildProcess>> up = StartUp(config);
   ASSERT_TRUE(up.ok()) << up.status();
   ChildProcess& p = **up;
-  absl::StatusOr<std::string> started =
-      p.WaitForLine("Ctrl-C stops the cluster", absl::Seconds(120));
-  ASSERT_TRUE(started.ok()) << started.status();
   const std::vector<UpProcess> procs = UpProcesses(p.output());
   ASSERT_EQ(procs.size(), 3u) << p.output();
   const std::string router_http = procs[0].http_address;
@@ -1017,17 +1026,13 @@ TEST(TandemUpTest, Disaggregated) {
 TEST(TandemUpTest, ChatWithSmolLm2) {
   // As written: the model is a name, which tandem up resolves in the cache.
   const std::string config = absl::StrCat(TANDEM_SOURCE_DIR, "/deploy/local/chat.yaml");
-  absl::StatusOr<std::unique_ptr<ChildProcess>> up =
-      ChildProcess::Start(Logged({TANDEM_CLI_BIN, "up", config}));
+  absl::StatusOr<std::unique_ptr<ChildProcess>> up = StartUp(config);
   ASSERT_TRUE(up.ok()) << up.status();
   ChildProcess& p = **up;
-  absl::StatusOr<std::string> ready = p.WaitForLine("Ctrl-C stops the cluster", absl::Seconds(120));
-  ASSERT_TRUE(ready.ok()) << ready.status() << "\n" << p.Tail();
   const std::vector<UpProcess> procs = UpProcesses(p.output());
   ASSERT_EQ(procs.size(), 3u) << p.output();
   const std::string http = procs[0].http_address;
-  httplib::Client cli(http.substr(0, http.rfind(':')), std::stoi(http.substr(http.rfind(':') + 1)));
-  cli.set_read_timeout(120, 0);
+  httplib::Client cli = ClientFor(http, 120);
   auto res = cli.Post(
       "/v1/chat/completions",
       R"({"model":"smollm2-135m-instruct","temperature":0,"max_tokens":48,)"
@@ -1058,17 +1063,13 @@ TEST(TandemUpTest, SecureWantsAKeyOnBothFronts) {
                              std::filesystem::path(config).parent_path() / "secure-keys.yaml",
                              std::filesystem::copy_options::overwrite_existing);
   const std::string key = "sk-tandem-dev-alice-00000000000000000000";  // the committed dev key
-  absl::StatusOr<std::unique_ptr<ChildProcess>> up =
-      ChildProcess::Start(Logged({TANDEM_CLI_BIN, "up", config}));
+  absl::StatusOr<std::unique_ptr<ChildProcess>> up = StartUp(config);
   ASSERT_TRUE(up.ok()) << up.status();
   ChildProcess& p = **up;
-  absl::StatusOr<std::string> ready = p.WaitForLine("Ctrl-C stops the cluster", absl::Seconds(120));
-  ASSERT_TRUE(ready.ok()) << ready.status();
   const std::vector<UpProcess> procs = UpProcesses(p.output());
   ASSERT_EQ(procs.size(), 3u) << p.output();
   const std::string http = procs[0].http_address;
-  httplib::Client cli(http.substr(0, http.rfind(':')), std::stoi(http.substr(http.rfind(':') + 1)));
-  cli.set_read_timeout(60, 0);
+  httplib::Client cli = ClientFor(http, 60);
   const std::string completion = R"({"model":"stories260K","prompt":"Once","max_tokens":8})";
   const std::string chat =
       R"({"model":"stories260K","messages":[{"role":"user","content":"Hi"}],"max_tokens":8})";

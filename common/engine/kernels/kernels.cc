@@ -197,22 +197,10 @@ const char* IsaName(Isa isa) {
 
 absl::StatusOr<WeightMatrix> WeightMatrix::Create(GgmlType type, const void* data, int64_t rows,
                                                   int64_t cols) {
-  switch (type) {
-    case GgmlType::kF32:
-    case GgmlType::kF16:
-    case GgmlType::kBF16:
-    case GgmlType::kQ8_0:
-    case GgmlType::kQ4_0:
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ5_0:
-    case GgmlType::kQ5_1:
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ5_K:
-    case GgmlType::kQ6_K:
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("WeightMatrix: unsupported type id ", static_cast<uint32_t>(type)));
+  // Every type the format knows has kernels (the type table is ggml_type.cc's).
+  if (!GgmlTypeFromId(static_cast<uint32_t>(type)).ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("WeightMatrix: unsupported type id ", static_cast<uint32_t>(type)));
   }
   if (rows <= 0 || cols <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("WeightMatrix: bad shape ", rows, "x", cols));

@@ -80,10 +80,15 @@ Fn Real(const char* prefix, const char* body) {
 // conditions on the waiting thread and on whichever thread releases the
 // mutex, both while the mutex is held, possibly inside Await after the
 // waiter's own release edge; it reads state other threads write under `mu`.
+// The object lives on the waiter's stack and reaches the releasing thread
+// through Abseil's uninstrumented waiter queue, so the waiter releases on the
+// object once it is built and Eval acquires on it before reading it (a
+// LockWhen waiter never held `mu`, so `mu` gives no edge for this).
 struct AnnotatedCondition {
   const absl::Condition* cond;
   absl::Mutex* mu;
   static bool Eval(void* arg) {
+    __tsan_acquire(arg);
     auto* self = static_cast<AnnotatedCondition*>(arg);
     __tsan_acquire(self->mu);
     const bool met = self->cond->Eval();
@@ -98,6 +103,7 @@ template <typename R, typename... Args>
 R CallWithCondition(R (*real)(absl::Mutex*, const absl::Condition&, Args...), absl::Mutex* mu,
                     const absl::Condition& cond, bool releases, Args... args) {
   AnnotatedCondition annotated{&cond, mu};
+  __tsan_release(&annotated);
   const absl::Condition wrapped(&AnnotatedCondition::Eval, &annotated);
   if (releases) {
     __tsan_release(mu);

@@ -341,10 +341,19 @@ TEST_F(RouterServiceTest, PrefillFailureFailsTheRequestAndFreesTheReservation) {
 }
 
 TEST_F(RouterServiceTest, AdmissionControl) {
-  auto w = SlowWorker(100, absl::Milliseconds(20));
+  // The first request would stream for 20 s: it holds the only slot for as
+  // long as the checks take, however slow the machine, and is cancelled after.
+  auto w = SlowWorker(400, absl::Milliseconds(50));
   auto h = Router({w->address()}, [](RouterConfig& c) { c.limits.max_inflight = 1; });
   ASSERT_TRUE(h->WaitForLive(1));
-  std::thread first([&] { Generate(h->stub(), TextRequest("Once", 100)); });
+  grpc::ClientContext first_ctx;
+  std::thread first([&] {
+    auto reader = h->stub().Generate(&first_ctx, TextRequest("Once", 400));
+    v1::GenerateResponse m;
+    while (reader->Read(&m)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  });
   ASSERT_TRUE(Eventually([&] { return h->router().inflight() == 1; }, "the first request"));
   GrpcResult r = Generate(h->stub(), TextRequest("Once"));
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
@@ -356,7 +365,9 @@ TEST_F(RouterServiceTest, AdmissionControl) {
   EXPECT_EQ(res->status, 429);
   EXPECT_EQ(res->get_header_value("Retry-After"), "1");
   EXPECT_EQ(json::parse(res->body)["error"]["type"], "rate_limit_error");
+  first_ctx.TryCancel();
   first.join();
+  ASSERT_TRUE(Eventually([&] { return h->router().inflight() == 0; }, "the slot to free"));
   // Capacity is back.
   EXPECT_TRUE(Generate(h->stub(), TextRequest("Once", 3)).status.ok());
 }

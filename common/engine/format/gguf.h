@@ -176,13 +176,21 @@ struct GgufQuantizeReport {
 
 // llama.cpp's general.file_type values (LLAMA_FTYPE_*) for the types we write.
 inline constexpr uint32_t kLlamaFtypeMostlyQ4_0 = 2;
+inline constexpr uint32_t kLlamaFtypeMostlyQ4_1 = 3;
 inline constexpr uint32_t kLlamaFtypeMostlyQ8_0 = 7;
+inline constexpr uint32_t kLlamaFtypeMostlyQ5_0 = 8;
+inline constexpr uint32_t kLlamaFtypeMostlyQ5_1 = 9;
+inline constexpr uint32_t kLlamaFtypeMostlyQ4_K_S = 14;
 inline constexpr uint32_t kLlamaFtypeMostlyQ4_K_M = 15;
+inline constexpr uint32_t kLlamaFtypeMostlyQ5_K_S = 16;
+inline constexpr uint32_t kLlamaFtypeMostlyQ6_K = 18;
 
 // What QuantizeGgufFile makes: every quantizable tensor in one type (Q8_0,
-// Q4_0), or llama.cpp's mixed Q4_K_M recipe (no importance matrix).
-enum class QuantRecipe { kQ8_0, kQ4_0, kQ4_K_M };
-// Parses "Q8_0", "Q4_0", "Q4_K_M" (case-insensitive).
+// Q4_0, and the "pure" Q4_1 ... Q6_K), or llama.cpp's mixed Q4_K_M recipe (no
+// importance matrix).
+enum class QuantRecipe { kQ8_0, kQ4_0, kQ4_K_M, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K };
+// Parses "Q8_0", "Q4_0", "Q4_K_M", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K",
+// "Q6_K" (case-insensitive); anything else is InvalidArgument listing them.
 absl::StatusOr<QuantRecipe> QuantRecipeFromName(absl::string_view name);
 absl::string_view QuantRecipeName(QuantRecipe recipe);
 
@@ -196,6 +204,13 @@ absl::string_view QuantRecipeName(QuantRecipe recipe);
 //    there is no output.weight, i.e. tied embeddings) is Q8_0 in a Q4_0 file
 //    (llama.cpp wants Q6_K there; rows not a multiple of 256 fall back to
 //    Q8_0 in llama.cpp too).
+//  - Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: that type for every quantizable
+//    tensor, the output tensor included, as llama.cpp's quantize does with
+//    `--pure` (no k-quant mixture). Note llama.cpp's own "Q4_K" / "Q5_K"
+//    names are aliases of its Q4_K_M / Q5_K_M mixtures; ours are pure. Rows
+//    not a multiple of 256 fall back as llama.cpp's do (Q4_K -> Q5_0,
+//    Q5_K -> Q5_1, Q6_K -> Q8_0). general.file_type: 3, 8, 9, 14 (Q4_K_S,
+//    "mostly Q4_K"), 16 (Q5_K_S) and 18.
 //  - Q4_K_M: Q4_K; the output tensor (as above) Q6_K; attn_v.weight and
 //    ffn_down.weight Q6_K for the i-th of n such tensors (counted in file
 //    order, as llama.cpp does) when use_more_bits(i, n): i < n/8, i >= 7n/8 or
@@ -213,8 +228,8 @@ std::vector<GgmlType> PlanQuantization(const GgufFile& file, QuantRecipe recipe)
 // default). `report`, when set, receives one line per tensor and the sizes.
 absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, QuantRecipe recipe,
                               GgufQuantizeReport* report = nullptr);
-// The single-type recipes by type: Q8_0 or Q4_0 (anything else is
-// InvalidArgument).
+// The single-type recipes by type: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K
+// or Q6_K (anything else is InvalidArgument).
 absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, GgmlType type,
                               GgufQuantizeReport* report = nullptr);
 

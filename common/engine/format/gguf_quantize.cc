@@ -1,6 +1,8 @@
-// QuantizeGgufFile: F32/F16/BF16 GGUF to Q8_0 / Q4_0 / Q4_K_M, as llama.cpp's quantize.
+// QuantizeGgufFile: F32/F16/BF16 GGUF to Q8_0 / Q4_0 / Q4_K_M and the pure
+// Q4_1 ... Q6_K types, as llama.cpp's quantize.
 
 #include <filesystem>
+#include <string>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -48,41 +50,58 @@ GgmlType KQuantFallback(GgmlType type) {
   }
 }
 
-uint32_t FileType(QuantRecipe recipe) {
-  switch (recipe) {
-    case QuantRecipe::kQ8_0:
-      return kLlamaFtypeMostlyQ8_0;
-    case QuantRecipe::kQ4_0:
-      return kLlamaFtypeMostlyQ4_0;
-    case QuantRecipe::kQ4_K_M:
-      return kLlamaFtypeMostlyQ4_K_M;
+// Every recipe: its name, the type of an ordinary quantizable tensor, the
+// output tensor's type and llama.cpp's general.file_type.
+struct RecipeInfo {
+  QuantRecipe recipe;
+  absl::string_view name;
+  GgmlType base;
+  GgmlType output;
+  uint32_t file_type;
+};
+
+constexpr RecipeInfo kRecipes[] = {
+    {QuantRecipe::kQ8_0, "Q8_0", GgmlType::kQ8_0, GgmlType::kQ8_0, kLlamaFtypeMostlyQ8_0},
+    {QuantRecipe::kQ4_0, "Q4_0", GgmlType::kQ4_0, GgmlType::kQ8_0, kLlamaFtypeMostlyQ4_0},
+    {QuantRecipe::kQ4_K_M, "Q4_K_M", GgmlType::kQ4_K, GgmlType::kQ6_K, kLlamaFtypeMostlyQ4_K_M},
+    {QuantRecipe::kQ4_1, "Q4_1", GgmlType::kQ4_1, GgmlType::kQ4_1, kLlamaFtypeMostlyQ4_1},
+    {QuantRecipe::kQ5_0, "Q5_0", GgmlType::kQ5_0, GgmlType::kQ5_0, kLlamaFtypeMostlyQ5_0},
+    {QuantRecipe::kQ5_1, "Q5_1", GgmlType::kQ5_1, GgmlType::kQ5_1, kLlamaFtypeMostlyQ5_1},
+    {QuantRecipe::kQ4_K, "Q4_K", GgmlType::kQ4_K, GgmlType::kQ4_K, kLlamaFtypeMostlyQ4_K_S},
+    {QuantRecipe::kQ5_K, "Q5_K", GgmlType::kQ5_K, GgmlType::kQ5_K, kLlamaFtypeMostlyQ5_K_S},
+    {QuantRecipe::kQ6_K, "Q6_K", GgmlType::kQ6_K, GgmlType::kQ6_K, kLlamaFtypeMostlyQ6_K},
+};
+
+const RecipeInfo& Info(QuantRecipe recipe) {
+  for (const RecipeInfo& r : kRecipes) {
+    if (r.recipe == recipe) {
+      return r;
+    }
   }
-  return 0;
+  return kRecipes[0];  // unreachable: every enumerator is listed
+}
+
+std::string RecipeNames() {
+  std::string names;
+  for (const RecipeInfo& r : kRecipes) {
+    absl::StrAppend(&names, names.empty() ? "" : ", ", r.name);
+  }
+  return names;
 }
 
 }  // namespace
 
 absl::StatusOr<QuantRecipe> QuantRecipeFromName(absl::string_view name) {
-  for (QuantRecipe r : {QuantRecipe::kQ8_0, QuantRecipe::kQ4_0, QuantRecipe::kQ4_K_M}) {
-    if (absl::EqualsIgnoreCase(name, QuantRecipeName(r))) {
-      return r;
+  for (const RecipeInfo& r : kRecipes) {
+    if (absl::EqualsIgnoreCase(name, r.name)) {
+      return r.recipe;
     }
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown quantization '", name, "' (valid: Q8_0, Q4_0, Q4_K_M)"));
+      absl::StrCat("unknown quantization '", name, "' (valid: ", RecipeNames(), ")"));
 }
 
-absl::string_view QuantRecipeName(QuantRecipe recipe) {
-  switch (recipe) {
-    case QuantRecipe::kQ8_0:
-      return "Q8_0";
-    case QuantRecipe::kQ4_0:
-      return "Q4_0";
-    case QuantRecipe::kQ4_K_M:
-      return "Q4_K_M";
-  }
-  return "UNKNOWN";
-}
+absl::string_view QuantRecipeName(QuantRecipe recipe) { return Info(recipe).name; }
 
 std::vector<GgmlType> PlanQuantization(const GgufFile& file, QuantRecipe recipe) {
   const bool has_output = file.FindTensor("output.weight") != nullptr;
@@ -104,22 +123,17 @@ std::vector<GgmlType> PlanQuantization(const GgufFile& file, QuantRecipe recipe)
     }
     const bool is_output =
         t.name == "output.weight" || (!has_output && t.name == "token_embd.weight");
-    GgmlType type = recipe == QuantRecipe::kQ8_0 ? GgmlType::kQ8_0 : GgmlType::kQ4_0;
-    if (recipe == QuantRecipe::kQ4_0 && is_output) {
-      type = GgmlType::kQ8_0;
-    }
-    if (recipe == QuantRecipe::kQ4_K_M) {
-      type = GgmlType::kQ4_K;
-      if (is_output) {
-        type = GgmlType::kQ6_K;
-      } else if (absl::StrContains(t.name, "attn_v.weight")) {
+    const RecipeInfo& info = Info(recipe);
+    GgmlType type = is_output ? info.output : info.base;
+    if (recipe == QuantRecipe::kQ4_K_M && !is_output) {
+      if (absl::StrContains(t.name, "attn_v.weight")) {
         type = UseMoreBits(i_attn_v++, n_attn_v) ? GgmlType::kQ6_K : type;
       } else if (absl::StrContains(t.name, "ffn_down")) {
         type = UseMoreBits(i_ffn_down++, n_ffn_down) ? GgmlType::kQ6_K : type;
       }
-      if (t.dims[0] % kQK_K != 0) {
-        type = KQuantFallback(type);
-      }
+    }
+    if (t.dims[0] % kQK_K != 0) {
+      type = KQuantFallback(type);
     }
     plan.push_back(t.dims[0] % GgmlBlockSize(type) != 0 ? t.type : type);
   }
@@ -128,12 +142,14 @@ std::vector<GgmlType> PlanQuantization(const GgufFile& file, QuantRecipe recipe)
 
 absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, GgmlType type,
                               GgufQuantizeReport* report) {
-  if (type != GgmlType::kQ8_0 && type != GgmlType::kQ4_0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot quantize to ", GgmlTypeName(type), " (valid targets: Q8_0, Q4_0)"));
+  for (const RecipeInfo& r : kRecipes) {
+    if (r.recipe != QuantRecipe::kQ4_K_M && r.base == type) {
+      return QuantizeGgufFile(in, out, r.recipe, report);
+    }
   }
-  return QuantizeGgufFile(
-      in, out, type == GgmlType::kQ8_0 ? QuantRecipe::kQ8_0 : QuantRecipe::kQ4_0, report);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cannot quantize to ", GgmlTypeName(type),
+      " (valid targets: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)"));
 }
 
 absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, QuantRecipe recipe,
@@ -147,7 +163,7 @@ absl::Status QuantizeGgufFile(const std::string& in, const std::string& out, Qua
   for (const std::string& key : file->metadata_keys()) {
     writer.SetValue(key, *file->Find(key));
   }
-  writer.SetUint32("general.file_type", FileType(recipe));
+  writer.SetUint32("general.file_type", Info(recipe).file_type);
   writer.SetUint32("general.quantization_version", 2);  // GGML_QNT_VERSION
 
   const std::vector<GgmlType> plan = PlanQuantization(*file, recipe);

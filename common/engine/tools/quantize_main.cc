@@ -1,5 +1,5 @@
-// tandem-quantize IN OUT TYPE: converts an F32/F16/BF16 GGUF to Q8_0, Q4_0 or Q4_K_M the
-// way llama.cpp's quantize tool does (see QuantizeGgufFile in common/engine/format/gguf.h).
+// tandem-quantize IN OUT TYPE: converts an F32/F16/BF16 GGUF to Q8_0, Q4_0, Q4_K_M or one of
+// the pure Q4_1 ... Q6_K types the way llama.cpp's quantize tool does (see QuantizeGgufFile in common/engine/format/gguf.h).
 
 #include <cstdio>
 #include <string>
@@ -16,7 +16,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: tandem-quantize IN.gguf OUT.gguf TYPE\n"
     "\n"
-    "Converts an F32/F16/BF16 GGUF model to TYPE, one of Q8_0, Q4_0 or Q4_K_M\n"
+    "Converts an F32/F16/BF16 GGUF model to TYPE, one of Q8_0, Q4_0, Q4_K_M, Q4_1, Q5_0,\n"
+    "Q5_1, Q4_K, Q5_K or Q6_K\n"
     "(case-insensitive), as llama.cpp's quantize does without an importance matrix:\n"
     "  - tensors named *weight with 2 or more dims whose row length (dim 0) is a multiple\n"
     "    of the block size are quantized; *_norm.weight, ffn_gate_inp.weight (MoE router),\n"
@@ -25,9 +26,14 @@ constexpr char kUsage[] =
     "    i.e. tied embeddings) is stored as Q8_0 (llama.cpp: Q6_K);\n"
     "  - Q4_K_M: Q4_K, with the output tensor and llama.cpp's use_more_bits share of\n"
     "    attn_v / ffn_down in Q6_K; rows not a multiple of 256 fall back to Q5_0 / Q8_0;\n"
+    "  - Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: every quantizable tensor, output included,\n"
+    "    in that type, as llama.cpp's quantize --pure (its own Q4_K / Q5_K names mean the\n"
+    "    Q4_K_M / Q5_K_M mixtures); K-quant rows not a multiple of 256 fall back to Q5_0,\n"
+    "    Q5_1, Q8_0 respectively;\n"
     "  - every other tensor (1-D norms, biases, rope_freqs) is copied unchanged;\n"
-    "  - all metadata is kept; general.file_type is set to 7 (Q8_0), 2 (Q4_0) or\n"
-    "    15 (Q4_K_M) and general.quantization_version to 2.\n"
+    "  - all metadata is kept; general.file_type is set to llama.cpp's value (7 Q8_0,\n"
+    "    2 Q4_0, 15 Q4_K_M, 3 Q4_1, 8 Q5_0, 9 Q5_1, 14 Q4_K, 16 Q5_K, 18 Q6_K) and\n"
+    "    general.quantization_version to 2.\n"
     "Inputs whose quantizable tensors are already quantized are refused.\n";
 
 std::string Dims(const std::vector<int64_t>& dims) {
@@ -50,8 +56,7 @@ int main(int argc, char** argv) {
   const std::string out = args[2];
   absl::StatusOr<tandem::engine::QuantRecipe> type = tandem::engine::QuantRecipeFromName(args[3]);
   if (!type.ok()) {
-    std::fprintf(stderr, "tandem-quantize: unsupported TYPE '%s' (valid: Q8_0, Q4_0, Q4_K_M)\n",
-                 args[3]);
+    std::fprintf(stderr, "tandem-quantize: %s\n", std::string(type.status().message()).c_str());
     return 2;
   }
 

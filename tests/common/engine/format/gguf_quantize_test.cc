@@ -1,5 +1,6 @@
 // Tests for the GGUF quantizer (common/engine/format/gguf_quantize.cc):
-// QuantizeGgufFile to Q8_0 and Q4_0, on generated models and stories260K.
+// QuantizeGgufFile to Q8_0, Q4_0, Q4_K_M and the pure Q4_1 ... Q6_K recipes, on generated
+// models, stories260K and the real Qwen 0.5B plan.
 
 #include <cstdint>
 #include <map>
@@ -221,7 +222,8 @@ TEST(QuantizeGgufFileTest, QuantizesStories260K) {
 
 TEST(QuantizeGgufFileTest, Errors) {
   EXPECT_THAT(QuantizeGgufFile("in", "out", GgmlType::kF16),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("valid targets: Q8_0, Q4_0")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("valid targets: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K")));
   EXPECT_THAT(QuantizeGgufFile(TempDir() + "/missing.gguf", TempDir() + "/o.gguf", GgmlType::kQ8_0),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing.gguf")));
 }
@@ -272,7 +274,69 @@ TEST(QuantizeGgufFileTest, Q4_K_MRecipe) {
   ASSERT_OK_AND_ASSIGN(QuantRecipe parsed, QuantRecipeFromName("q4_k_m"));
   EXPECT_EQ(parsed, QuantRecipe::kQ4_K_M);
   EXPECT_THAT(QuantRecipeFromName("Q4_K_S"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Q4_K_M")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("valid: Q8_0, Q4_0, Q4_K_M, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K")));
+}
+
+// The pure recipes (llama.cpp's quantize --pure): every quantizable tensor,
+// output and token_embd included, in one type; K-quant rows not a multiple of
+// 256 fall back as llama.cpp's do; norms are kept; the data is QuantizeRow's;
+// general.file_type is llama.cpp's LLAMA_FTYPE value.
+TEST(QuantizeGgufFileTest, PureRecipes) {
+  struct Case {
+    const char* name;
+    GgmlType type;
+    GgmlType fallback;  // for rows of 96
+    int64_t file_type;
+  };
+  const Case cases[] = {
+      {"Q4_1", GgmlType::kQ4_1, GgmlType::kQ4_1, 3},
+      {"q5_0", GgmlType::kQ5_0, GgmlType::kQ5_0, 8},
+      {"Q5_1", GgmlType::kQ5_1, GgmlType::kQ5_1, 9},
+      {"Q4_K", GgmlType::kQ4_K, GgmlType::kQ5_0, 14},
+      {"q5_k", GgmlType::kQ5_K, GgmlType::kQ5_1, 16},
+      {"Q6_K", GgmlType::kQ6_K, GgmlType::kQ8_0, 18},
+  };
+  const std::vector<InputTensor> tensors = {
+      {"token_embd.weight", GgmlType::kF32, {256, 4}},
+      {"output.weight", GgmlType::kF16, {256, 4}},
+      {"output_norm.weight", GgmlType::kF32, {256}},
+      {"blk.0.attn_v.weight", GgmlType::kF32, {512, 2}},
+      {"blk.0.ffn_down.weight", GgmlType::kF32, {96, 3}},
+      {"blk.0.ffn_up.weight", GgmlType::kF32, {48, 2}}};
+  const std::string dir = ::tandem::testing::TempDir();
+  const std::string in = dir + "/pure_in.gguf";
+  const auto values = WriteModel(in, tensors, 32);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ASSERT_OK_AND_ASSIGN(const QuantRecipe recipe, QuantRecipeFromName(c.name));
+    const std::string out = absl::StrCat(dir, "/pure_", c.name, ".gguf");
+    ASSERT_OK(QuantizeGgufFile(in, out, recipe));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<GgufFile> dst, GgufFile::Open(out));
+    EXPECT_EQ(*dst->GetInt("general.file_type"), c.file_type);
+    const std::map<std::string, GgmlType> want = {
+        {"token_embd.weight", c.type},       {"output.weight", c.type},
+        {"output_norm.weight", GgmlType::kF32}, {"blk.0.attn_v.weight", c.type},
+        {"blk.0.ffn_down.weight", c.fallback},
+        // Rows of 48 fit no block of 32 or 256: kept.
+        {"blk.0.ffn_up.weight", GgmlType::kF32}};
+    for (const GgufTensorInfo& d : dst->tensors()) {
+      SCOPED_TRACE(d.name);
+      EXPECT_EQ(GgmlTypeName(d.type), GgmlTypeName(want.at(d.name)));
+      if (d.type == GgmlType::kF32) {
+        continue;
+      }
+      const std::vector<float>& x = values.at(d.name);
+      std::vector<uint8_t> q(d.num_bytes);
+      QuantizeRow(d.type, x.data(), q.data(), static_cast<int64_t>(x.size()));
+      EXPECT_EQ(std::vector<uint8_t>(d.data, d.data + d.num_bytes), q);
+    }
+    // The same file from the GgmlType overload.
+    const std::string by_type = absl::StrCat(dir, "/pure_t_", c.name, ".gguf");
+    ASSERT_OK(QuantizeGgufFile(in, by_type, c.type));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<GgufFile> again, GgufFile::Open(by_type));
+    EXPECT_EQ(*again->GetInt("general.file_type"), c.file_type);
+  }
 }
 
 // The plan reproduces the tensor types of a real llama.cpp Q4_K_M file:

@@ -22,7 +22,7 @@ Quantization (which levels and scales a file holds; the reference does not depen
 
 Writes tests/data/golden/quants/: <arch>-<type>.gguf, <arch>-<type>.seq0.npy (float32
 logits [40, 512] at every position of make_golden.py's seq0) and manifest.json (tokens,
-tensor types, greedy reference: 16 tokens continuing make_golden.py's seq2 with the
+tensor types, greedy reference: 32 tokens continuing make_golden.py's seq2 with the
 top-1/top-2 margin and the chosen token's log-softmax at each step). Also checks the numpy reference against make_golden.py's
 transformers logits for the committed llama2 / qwen2 files (the F32, Q8_0 and Q4_0 ones).
 
@@ -56,7 +56,7 @@ TANDEM_QUANTIZE = os.path.join(REPO, "build", "bin", "tandem-quantize")
 
 VOCAB, BOS = 512, 1
 N_EMBD, N_LAYER, N_HEAD, N_KV, N_FF = 256, 2, 4, 2, 512
-GREEDY_STEPS = 16
+GREEDY_STEPS = 32
 
 ARCHS = {  # name: (gguf arch, seed, tied embeddings, qkv bias, rope base, rms eps)
     "llama": (gguf.MODEL_ARCH.LLAMA, 2001, False, False, 10000.0, 1e-5),

@@ -52,8 +52,8 @@ nlohmann::json ReadJson(const std::string& path) {
 //    reference with that rounding simulated (make_golden_quants.py
 //    --int8-activations) is as far (0.14-0.27 / 0.032-0.049) and within
 //    0-0.18 max / 0-0.026 RMS of the engine (0 on 4 of 14 files with the SIMD
-//    kernels: the same rounding; elsewhere one activation rounded the other
-//    way). The same 0.5 / 0.1 bounds: a 1% error in the Q4_1 / Q5_1 block min
+//    kernels: the same rounding; elsewhere presumably a few activations
+//    rounded the other way). The same 0.5 / 0.1 bounds: a 1% error in the Q4_1 / Q5_1 block min
 //    gives max 0.75-0.91, RMS 0.11-0.20, and a wrong bit, offset or scale
 //    index 2.3-42 / 0.56-22 (tests/reference/README.md).
 struct Tolerance {
@@ -179,7 +179,7 @@ TEST(GoldenTest, LogitsMatchTransformersReference) {
 // package (tests/reference/make_golden_quants.py). Per file: the 40-token
 // prompt's logits at every position, prefilled in chunks of 16 (batched
 // kernels) and one token at a time (the batch-1 kernels decode uses), which
-// must also give the same bits (batch invariance); then 16 free-running greedy
+// must also give the same bits (batch invariance); then 32 free-running greedy
 // steps: the same tokens as the reference, with the chosen token's logprob
 // within max_abs of the reference's, until a step whose reference top-2
 // margin is below 2 * max_abs (a near-tie the activation rounding may flip):

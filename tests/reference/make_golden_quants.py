@@ -152,15 +152,23 @@ def _encode_q45_k(x, bits):
 
 
 def _encode_q6_k(x):
-    """x [n, 256] -> Q6_K blocks [n, 210]: ql[128], qh[64], int8 scales[16], fp16 d."""
+    """x [n, 256] -> Q6_K blocks [n, 210]: ql[128], qh[64], int8 scales[16], fp16 d.
+
+    Signs as ggml's quantize_row_q6_K_ref chooses them: a sub-block's scale is
+    -(its largest-magnitude value) / 32, so that value is level -32; d is
+    -(the largest-magnitude scale) / 128, so that sub-block's int8 scale is -128.
+    Scales and d of both signs occur."""
     n = x.shape[0]
     sub = x.reshape(n, 16, 16)
-    scale = np.abs(sub).max(axis=2) / 31                      # q in -31..31 of -32..31
-    d = _fp16(scale.max(axis=1) / 127)
+    peak = np.take_along_axis(sub, np.abs(sub).argmax(axis=2)[:, :, None], axis=2)[:, :, 0]
+    scale = -peak / 32
+    top = np.take_along_axis(scale, np.abs(scale).argmax(axis=1)[:, None], axis=1)
+    d = _fp16(-top[:, 0] / 128)
     df = d.astype(np.float32)[:, None]
-    sc = np.clip(np.round(np.divide(scale, df, out=np.zeros_like(scale), where=df > 0)), 0, 127)
+    sc = np.clip(np.round(np.divide(scale, df, out=np.zeros_like(scale), where=df != 0)),
+                 -128, 127)
     step = (df * sc)[:, :, None]
-    q = np.divide(sub, step, out=np.zeros_like(sub), where=step > 0)
+    q = np.divide(sub, step, out=np.zeros_like(sub), where=step != 0)
     q = (np.clip(np.round(q), -32, 31) + 32).astype(np.uint8).reshape(n, 2, 2, 64)
     low = q & 0x0F                                           # element 128h + 64s + j
     ql = (low[:, :, 0, :] | (low[:, :, 1, :] << 4)).reshape(n, 128)

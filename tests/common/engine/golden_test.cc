@@ -48,9 +48,9 @@ nlohmann::json ReadJson(const std::string& path) {
 //  - Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K / Q4_K_M (golden/quants, 2
 //    layers, logit std ~2.9): the same activation rounding (Q8_0 per 32-block
 //    for every type, K-quants included). Measured with every ISA: max |Δ|
-//    0.14-0.27, RMS 0.032-0.048, as for Q8_0 / Q4_0 above, and the numpy
+//    0.13-0.23, RMS 0.032-0.048, as for Q8_0 / Q4_0 above, and the numpy
 //    reference with that rounding simulated (make_golden_quants.py
-//    --int8-activations) is as far (0.14-0.27 / 0.032-0.049) and within
+//    --int8-activations) is as far (0.13-0.23 / 0.032-0.049) and within
 //    0-0.18 max / 0-0.026 RMS of the engine (0 on 4 of 14 files with the SIMD
 //    kernels: the same rounding; elsewhere presumably a few activations
 //    rounded the other way). The same 0.5 / 0.1 bounds: a 1% error in the Q4_1 / Q5_1 block min

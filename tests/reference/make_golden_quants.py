@@ -23,8 +23,9 @@ Quantization (which levels and scales a file holds; the reference does not depen
 Writes tests/data/golden/quants/: <arch>-<type>.gguf, <arch>-<type>.seq0.npy (float32
 logits [40, 512] at every position of make_golden.py's seq0) and manifest.json (tokens,
 tensor types, greedy reference: 32 tokens continuing make_golden.py's seq2 with the
-top-1/top-2 margin and the chosen token's log-softmax at each step). Also checks the numpy reference against make_golden.py's
-transformers logits for the committed llama2 / qwen2 files (the F32, Q8_0 and Q4_0 ones).
+top-1/top-2 margin and the chosen token's log-softmax at each step). Also checks the numpy
+reference against make_golden.py's transformers logits for its llama2 / qwen2 files (F32,
+F16, BF16, Q8_0, Q4_0).
 
     python3 tests/reference/make_golden_quants.py [--int8-activations --out DIR]
 
@@ -260,7 +261,8 @@ def greedy(model, prompt):
         nxt = int(np.argmax(row))
         ids.append(nxt)
         margins.append(round(top2_margin(row), 5))
-        logprobs.append(round(float(row[nxt] - row.max() - np.log(np.exp(row - row.max()).sum())), 5))
+        log_z = row.max() + np.log(np.exp(row - row.max()).sum())
+        logprobs.append(round(float(row[nxt] - log_z), 5))
         row = model.logits(model.forward([nxt], cache))[0]
     return {"prompt": prompt, "generated": ids, "top2_margins": margins, "logprobs": logprobs}
 

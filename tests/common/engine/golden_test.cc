@@ -158,8 +158,8 @@ std::vector<float> ExpectLogitsMatch(const Model& model, const GoldenCase& c, To
       EXPECT_EQ(ia, ib) << "argmax differs at position " << p;
     }
   }
-  std::cout << FileName(c.model_path) << " chunk " << prefill_chunk << " max |dlogit| "
-            << max_diff << " rms " << rms << "\n";
+  std::cout << FileName(c.model_path) << " chunk " << prefill_chunk << " max |dlogit| " << max_diff
+            << " rms " << rms << "\n";
   return logits;
 }
 

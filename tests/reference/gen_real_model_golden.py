@@ -56,7 +56,8 @@ class Model:
         self.eps = field(f"{a}.attention.layer_norm_rms_epsilon")
         self.theta = field(f"{a}.rope.freq_base")
         self.head_dim = self.n_embd // self.n_head
-        self.template = field("tokenizer.chat_template")
+        chat = r.fields.get("tokenizer.chat_template")  # none in make_golden_quants.py's models
+        self.template = chat.contents() if chat is not None else None
         self.t = {}
         self.int8_activations = False
         self.quantized = {t.name for t in r.tensors if t.tensor_type not in (

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "nlohmann/json.hpp"
 
@@ -61,6 +62,11 @@ struct RequestRecord {
 // One requests.jsonl object: every field above, plus ttft_s and e2e_s
 // (null when absent).
 nlohmann::json RecordJson(const RequestRecord& record);
+
+// The inverse of RecordJson (ttft_s and e2e_s are derived, so ignored), for
+// summarizing a requests.jsonl again. InvalidArgument naming the field that
+// is missing or of the wrong type.
+absl::StatusOr<RequestRecord> RecordFromJson(const nlohmann::json& j);
 
 // requests.jsonl: one RecordJson per line, in id order.
 std::string RecordsJsonl(absl::Span<const RequestRecord> records);

@@ -1,0 +1,3 @@
+#include "bench/replay/prompts.h"
+
+namespace tandem::replay {}  // namespace tandem::replay

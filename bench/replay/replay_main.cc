@@ -209,6 +209,7 @@ int main(int argc, char** argv) {
   w.duration_s = absl::GetFlag(FLAGS_duration);
   w.rate = absl::GetFlag(FLAGS_rate);
   w.burstiness = absl::GetFlag(FLAGS_burstiness);
+  w.concurrency = absl::GetFlag(FLAGS_concurrency);
   w.max_requests = absl::GetFlag(FLAGS_max_requests);
   w.seed = absl::GetFlag(FLAGS_seed);
   w.input_scale = absl::GetFlag(FLAGS_input_scale);
@@ -233,9 +234,6 @@ int main(int argc, char** argv) {
       replay::BuildWorkload(w, *target_model->tokenizer);
   if (!workload.ok()) {
     return Fail(workload.status());
-  }
-  if (workload->concurrency == 0 && absl::GetFlag(FLAGS_concurrency) > 0) {
-    workload->concurrency = absl::GetFlag(FLAGS_concurrency);
   }
 
   std::string api_key = absl::GetFlag(FLAGS_api_key);

@@ -58,7 +58,8 @@ class GrpcClient : public Client {
         if (!r.first_token_s) {
           r.first_token_s = now;
         }
-        r.token_times_s.push_back(now);
+        r.chunk_times_s.push_back(now);
+        r.chunk_tokens.push_back(m.tokens_size());
         received += m.tokens_size();
       }
       if (m.has_route()) {

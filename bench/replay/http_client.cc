@@ -46,7 +46,7 @@ class SseReader {
 
   bool done() const { return done_; }
   const std::string& stream_error() const { return stream_error_; }
-  int64_t chunks() const { return static_cast<int64_t>(r_.token_times_s.size()); }
+  int64_t chunks() const { return static_cast<int64_t>(r_.chunk_times_s.size()); }
   bool saw_usage() const { return saw_usage_; }
 
  private:
@@ -85,7 +85,7 @@ class SseReader {
           if (!r_.first_token_s) {
             r_.first_token_s = now;
           }
-          r_.token_times_s.push_back(now);
+          r_.chunk_times_s.push_back(now);
         }
         if (c.contains("finish_reason") && c["finish_reason"].is_string()) {
           r_.finish_reason = c["finish_reason"].get<std::string>();

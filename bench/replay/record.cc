@@ -57,7 +57,8 @@ absl::StatusOr<RequestRecord> RecordFromJson(const json& j) {
   RETURN_IF_ERROR(Read(j, "scheduled_s", &r.scheduled_s));
   RETURN_IF_ERROR(Read(j, "send_s", &r.send_s));
   RETURN_IF_ERROR(Read(j, "first_token_s", &r.first_token_s));
-  RETURN_IF_ERROR(Read(j, "token_times_s", &r.token_times_s));
+  RETURN_IF_ERROR(Read(j, "chunk_times_s", &r.chunk_times_s));
+  RETURN_IF_ERROR(Read(j, "chunk_tokens", &r.chunk_tokens));
   RETURN_IF_ERROR(Read(j, "end_s", &r.end_s));
   RETURN_IF_ERROR(Read(j, "ok", &r.ok));
   RETURN_IF_ERROR(Read(j, "status", &r.status));
@@ -87,7 +88,8 @@ json RecordJson(const RequestRecord& r) {
   j["scheduled_s"] = r.scheduled_s;
   j["send_s"] = r.send_s;
   j["first_token_s"] = OrNull(r.first_token_s);
-  j["token_times_s"] = r.token_times_s;
+  j["chunk_times_s"] = r.chunk_times_s;
+  j["chunk_tokens"] = r.chunk_tokens;
   j["end_s"] = r.end_s;
   j["ttft_s"] = OrNull(r.ttft_s());
   j["e2e_s"] = r.e2e_s();

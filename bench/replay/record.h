@@ -24,9 +24,13 @@ struct RequestRecord {
   double send_s = 0;                 // the call was started
   std::optional<double> first_token_s;  // first chunk carrying output
   // Arrival of every streamed chunk carrying output (gRPC: a GenerateResponse
-  // with tokens; HTTP: an SSE event with text). The router streams one token
-  // per step, so this is every token's time unless a chunk carries several.
-  std::vector<double> token_times_s;
+  // with tokens; HTTP: an SSE event with text). The router sends a token as
+  // soon as it is decoded, but coalesces the tokens decoded while a write is
+  // still in flight, so a chunk may carry several (seen with tiny models).
+  std::vector<double> chunk_times_s;
+  // Tokens in each chunk (gRPC: exact). Empty when unknown (HTTP: an SSE
+  // event carries text, not a token count).
+  std::vector<int64_t> chunk_tokens;
   double end_s = 0;                  // the stream ended (or failed)
 
   bool ok = false;

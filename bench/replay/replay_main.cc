@@ -1,8 +1,8 @@
 // tandem-replay: an open-loop load generator for a Tandem router (or any
 // OpenAI-compatible server over --protocol http). docs/replay.md.
 //
-//   tandem-replay --target 127.0.0.1:50051 --protocol grpc --model NAME \
-//       --trace AzureLLMInferenceTrace_code.csv --speedup 4 --duration 60 \
+//   tandem-replay --target 127.0.0.1:50051 --protocol grpc --model NAME
+//       --trace AzureLLMInferenceTrace_code.csv --speedup 4 --duration 60
 //       --max-requests 200 --slo ttft=2s,tpot=200ms --output out/
 #include <signal.h>
 

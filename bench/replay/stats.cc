@@ -80,8 +80,13 @@ std::optional<double> Tpot(const RequestRecord& r) {
 }
 
 void AppendItl(const RequestRecord& r, std::vector<double>& itl) {
-  for (size_t i = 1; i < r.token_times_s.size(); ++i) {
-    itl.push_back(r.token_times_s[i] - r.token_times_s[i - 1]);
+  const bool counted = r.chunk_tokens.size() == r.chunk_times_s.size();
+  for (size_t i = 1; i < r.chunk_times_s.size(); ++i) {
+    const double gap = r.chunk_times_s[i] - r.chunk_times_s[i - 1];
+    const int64_t k = counted ? std::max<int64_t>(1, r.chunk_tokens[i]) : 1;
+    for (int64_t j = 0; j < k; ++j) {
+      itl.push_back(gap / static_cast<double>(k));
+    }
   }
 }
 

@@ -5,8 +5,10 @@
 //   TTFT  = first_token_s - send_s, per OK request;
 //   TPOT  = (e2e - TTFT) / (output_tokens - 1), per OK request with >= 2
 //           output tokens;
-//   ITL   = every gap between consecutive output chunks, pooled over the OK
-//           requests;
+//   ITL   = the gaps between consecutive output chunks, pooled over the OK
+//           requests; a chunk of k tokens (known on gRPC) counts as k gaps
+//           of gap/k each, as SGLang's bench_serving does; where the count
+//           is unknown (HTTP), one gap per chunk, as vLLM's does;
 //   E2E   = end_s - send_s, per OK request.
 // Percentiles interpolate linearly between closest ranks (numpy.percentile's
 // default): the p-th of n sorted values x[0..n) is x[k] + f (x[k+1] - x[k])

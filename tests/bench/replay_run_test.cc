@@ -80,7 +80,7 @@ class FakeClient : public Client {
     r.ok = true;
     r.status = "OK";
     r.first_token_s = r.end_s;
-    r.token_times_s = {r.end_s};
+    r.chunk_times_s = {r.end_s};
     r.output_tokens = 1;
     return r;
   }
@@ -241,7 +241,7 @@ TEST(ReplayRunTest, PlotsOrAClearReasonWhy) {
   records[0].ok = true;
   records[0].send_s = 0;
   records[0].first_token_s = 0.5;
-  records[0].token_times_s = {0.5, 0.6, 0.8};
+  records[0].chunk_times_s = {0.5, 0.6, 0.8};
   records[0].output_tokens = 3;
   records[0].end_s = 0.8;
   records[1].status = "UNAVAILABLE";

@@ -33,7 +33,7 @@ RequestRecord Ok(double send, std::vector<double> tokens, double end, int64_t pr
   r.send_s = send;
   r.first_token_s = tokens.front();
   r.output_tokens = static_cast<int64_t>(tokens.size());
-  r.token_times_s = std::move(tokens);
+  r.chunk_times_s = std::move(tokens);
   r.end_s = end;
   r.prompt_tokens = prompt;
   return r;
@@ -111,6 +111,23 @@ TEST(ReplayStatsTest, GoodputCountsRequestsMeetingEverySlo) {
     EXPECT_EQ(s.requests_meeting_slo, c.good);
     EXPECT_NEAR(s.goodput_rps, c.good / 9.0, 1e-12);
   }
+}
+
+TEST(ReplayStatsTest, ChunksOfSeveralTokensSplitTheirGap) {
+  // Chunks at 1.0 (1 token), 1.4 (2 tokens), 1.5 (1 token): ITL 0.2, 0.2, 0.1.
+  RequestRecord r = Ok(0, {1.0, 1.4, 1.5}, 1.5, 5);
+  r.chunk_tokens = {1, 2, 1};
+  r.output_tokens = 4;
+  std::vector<double> itl;
+  AppendItl(r, itl);
+  EXPECT_THAT(itl, ::testing::ElementsAre(DoubleNear(0.2, 1e-12), DoubleNear(0.2, 1e-12),
+                                          DoubleNear(0.1, 1e-12)));
+  EXPECT_NEAR(*Tpot(r), 0.5 / 3, 1e-12);
+  // Without counts (HTTP): one gap per chunk.
+  r.chunk_tokens.clear();
+  itl.clear();
+  AppendItl(r, itl);
+  EXPECT_THAT(itl, ::testing::ElementsAre(DoubleNear(0.4, 1e-12), DoubleNear(0.1, 1e-12)));
 }
 
 TEST(ReplayStatsTest, PercentileInterpolatesLinearly) {

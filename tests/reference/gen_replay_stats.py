@@ -7,7 +7,8 @@ expected.json (their summary computed here with numpy, not with the C++ code):
 
   TTFT = first_token_s - send_s; E2E = end_s - send_s (OK requests);
   TPOT = (E2E - TTFT) / (output_tokens - 1) for OK requests with >= 2 tokens;
-  ITL  = consecutive differences of token_times_s, pooled over OK requests;
+  ITL  = consecutive differences of chunk_times_s, pooled over OK requests; a
+         chunk of k tokens (chunk_tokens, when given) gives k gaps of gap/k;
   percentiles: numpy.percentile(..., method="linear") (numpy's default);
   duration = max(end_s) - min(send_s) over all requests sent;
   goodput = OK requests with TTFT <= slo_ttft and TPOT <= slo_tpot (no TPOT: met)
@@ -33,7 +34,7 @@ def records(rng):
         send = round(float(i) * 0.25 + float(rng.uniform(0, 0.1)), 6)
         r = {"id": i, "kind": "trace", "source_line": i + 2, "protocol": "grpc",
              "scheduled_s": round(i * 0.25, 6), "send_s": send, "first_token_s": None,
-             "token_times_s": [], "end_s": send, "ok": True, "status": "OK", "error": "",
+             "chunk_times_s": [], "chunk_tokens": [], "end_s": send, "ok": True, "status": "OK", "error": "",
              "prompt_tokens": int(rng.integers(5, 200)), "prompt_tokens_from_server": True,
              "max_tokens": 0, "output_tokens": 0, "cached_prompt_tokens": 0,
              "cache_hit": False,
@@ -45,14 +46,17 @@ def records(rng):
                      end_s=round(send + float(rng.uniform(0, 0.5)), 6), finish_reason="")
             out.append(r)
             continue
-        n = int(rng.integers(1, 12))
+        chunks = int(rng.integers(1, 12))
+        # Odd ids: chunks of 1..3 tokens with counts (gRPC); even: no counts (HTTP).
+        counts = [int(c) for c in rng.integers(1, 4, size=chunks)] if i % 2 else []
+        n = sum(counts) if counts else chunks
         t = send + float(rng.uniform(0.1, 1.5))
         times = []
-        for _ in range(n):
+        for _ in range(chunks):
             times.append(round(t, 6))
             t += float(rng.exponential(0.04))
-        r.update(first_token_s=times[0], token_times_s=times, end_s=round(times[-1] + 0.001, 6),
-                 max_tokens=n, output_tokens=n)
+        r.update(first_token_s=times[0], chunk_times_s=times, chunk_tokens=counts,
+                 end_s=round(times[-1] + 0.001, 6), max_tokens=n, output_tokens=n)
         out.append(r)
     return out
 
@@ -72,7 +76,12 @@ def summarize(recs):
     e2e = [r["end_s"] - r["send_s"] for r in ok]
     tpot = [(r["end_s"] - r["first_token_s"]) / (r["output_tokens"] - 1)
             for r in ok if r["output_tokens"] >= 2]
-    itl = [float(d) for r in ok for d in np.diff(np.asarray(r["token_times_s"]))]
+    itl = []
+    for r in ok:
+        gaps = np.diff(np.asarray(r["chunk_times_s"], dtype=np.float64))
+        counts = r["chunk_tokens"][1:] if r["chunk_tokens"] else [1] * len(gaps)
+        for g, k in zip(gaps, counts):
+            itl += [float(g) / k] * k
     good = 0
     for r in ok:
         t = r["first_token_s"] - r["send_s"]

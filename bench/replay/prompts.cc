@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -22,11 +23,13 @@ namespace {
 
 using engine::TokenId;
 
-// Separates blocks and corpus texts; see the header on why blocks end in it.
-constexpr absl::string_view kSeparator = "\n\n";
+// Separates corpus texts.
+constexpr absl::string_view kCorpusSeparator = "\n\n";
+// Ends every block; see the header on why.
+constexpr absl::string_view kBlockSeparator = "\n";
 // Stand-ins for the end of the previous block and the start of the next text
 // when a block or a tail is measured on its own.
-constexpr absl::string_view kBlockBefore = "Word\n\n";
+constexpr absl::string_view kBlockBefore = "Word\n";
 constexpr absl::string_view kBlockAfter = "Word";
 constexpr int64_t kMinCorpusTokens = 64;
 constexpr int kStartAttempts = 12;
@@ -189,7 +192,7 @@ absl::StatusOr<std::unique_ptr<PromptSynthesizer>> PromptSynthesizer::Create(
         absl::StrContains(text, "<s>") || absl::StrContains(text, "</s>")) {
       continue;
     }
-    auto ids = tokenizer.Encode(absl::StrCat(text, kSeparator), /*add_bos=*/false,
+    auto ids = tokenizer.Encode(absl::StrCat(text, kCorpusSeparator), /*add_bos=*/false,
                                 /*parse_special=*/false);
     if (!ids.ok()) {
       return base::Annotate(ids.status(), absl::StrCat("prompt text ", i));
@@ -269,7 +272,11 @@ absl::StatusOr<int64_t> PromptSynthesizer::TokensInRange(absl::string_view text,
   for (size_t i = 0; i < ends.size(); ++i) {
     const size_t token_end = ends[i] - std::min(ends[i], shift);
     const size_t token_begin = i == 0 ? 0 : ends[i - 1] - std::min(ends[i - 1], shift);
-    if (token_begin >= begin && token_end <= end && token_end > token_begin) {
+    // A token of only the SPM prefix space (clamped to [0, 0)) belongs to
+    // the text's start.
+    const bool prefix_space_token = ends[i] <= shift;
+    if (prefix_space_token ? begin == 0 && end > 0
+                           : token_begin >= begin && token_end <= end) {
       ++count;
     }
     begin_found = begin_found || token_end == begin;
@@ -320,35 +327,41 @@ absl::StatusOr<std::string> PromptSynthesizer::Solve(absl::string_view before,
 
 absl::StatusOr<std::string> PromptSynthesizer::Block(uint64_t hash_id, int64_t block_tokens,
                                                      bool first) {
-  if (const auto it = blocks_.find(hash_id); it != blocks_.end()) {
+  if (const auto it = blocks_.find({hash_id, block_tokens}); it != blocks_.end()) {
     return it->second;
   }
   const int64_t n = corpus_tokens();
-  int64_t start = static_cast<int64_t>(SplitMix64(hash_id) % static_cast<uint64_t>(n));
-  for (int64_t probe = 0; probe < n; ++probe, start = (start + 1) % n) {
-    if (block_starts_.contains(start)) {
+  const auto first_start = static_cast<int64_t>(SplitMix64(hash_id) % static_cast<uint64_t>(n));
+  // Probe far from a start that fails (text without an ASCII letter or digit
+  // to end on, e.g. a long CJK prompt) or is taken; the stride is prime.
+  constexpr int64_t kProbeStride = 7919;
+  constexpr int kProbes = 64;
+  for (int probe = 0; probe < kProbes; ++probe) {
+    const int64_t start = (first_start + probe * kProbeStride) % n;
+    if (!block_starts_.insert(start).second) {
       continue;
     }
-    block_starts_.insert(start);
-    ASSIGN_OR_RETURN(std::string text,
-                     Solve(first ? "" : kBlockBefore, kBlockAfter, block_tokens, start,
-                           Shape{.alnum_end = true, .suffix = kSeparator}));
-    if (block_texts_.insert(text).second) {
-      blocks_.emplace(hash_id, text);
-      return text;
+    auto text = Solve(first ? "" : kBlockBefore, kBlockAfter, block_tokens, start,
+                      Shape{.alnum_end = true, .suffix = kBlockSeparator});
+    if (text.ok() && block_texts_.insert(*text).second) {
+      blocks_.emplace(std::make_pair(hash_id, block_tokens), *text);
+      return *std::move(text);
     }
   }
-  return absl::ResourceExhaustedError(
-      absl::StrCat("hash id ", hash_id, ": every corpus position already starts a block (",
-                   blocks_.size(), " blocks); use a larger prompt corpus"));
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "hash id ", hash_id, ": no block of ", block_tokens, " tokens found in ", kProbes,
+      " corpus positions (", blocks_.size(), " blocks made); use a larger prompt corpus"));
 }
 
 absl::StatusOr<Prompt> PromptSynthesizer::Compose(absl::Span<const uint64_t> hash_ids,
                                                   int64_t block_tokens, int64_t tokens,
                                                   int64_t serial) {
-  if (tokens < 1 || block_tokens < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt of ", tokens, " tokens in blocks of ",
-                                                   block_tokens, ": both must be >= 1"));
+  if (tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("a prompt of ", tokens, " tokens"));
+  }
+  if (block_tokens < kMinBlockTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("hash_block_tokens ", block_tokens,
+                                                   " is below the minimum ", kMinBlockTokens));
   }
   const int64_t whole = std::min<int64_t>(static_cast<int64_t>(hash_ids.size()),
                                           tokens / block_tokens);
@@ -362,35 +375,52 @@ absl::StatusOr<Prompt> PromptSynthesizer::Compose(absl::Span<const uint64_t> has
   // Normally the first try fits; fewer blocks only when the text after the
   // last one cannot be made to fit exactly.
   for (int64_t blocks = whole; blocks >= 0; --blocks) {
-    const absl::string_view head = absl::string_view(prefix).substr(0, prefix_ends[blocks]);
-    const int64_t rest = tokens - blocks * block_tokens;
-    Prompt prompt;
-    if (rest == 0) {
-      prompt.text = std::string(head);
-    } else {
-      // Measured after a stand-in block end first (cheap), then in place.
-      auto tail = Solve(blocks > 0 ? kBlockBefore : "", "", rest, StartFor(serial), Shape{});
-      if (!tail.ok()) {
-        continue;
-      }
-      prompt.text = absl::StrCat(head, *tail);
-      ASSIGN_OR_RETURN(prompt.tokens, CountTokens(prompt.text));
-      if (prompt.tokens == tokens) {
-        return prompt;
-      }
-      tail = Solve(head, "", rest, StartFor(serial), Shape{});
-      if (!tail.ok()) {
-        continue;
-      }
-      prompt.text = absl::StrCat(head, *tail);
-    }
-    ASSIGN_OR_RETURN(prompt.tokens, CountTokens(prompt.text));
-    if (prompt.tokens == tokens) {
+    auto prompt = ComposeWith(absl::string_view(prefix).substr(0, prefix_ends[blocks]),
+                              tokens - blocks * block_tokens, tokens, serial);
+    if (prompt.ok()) {
       return prompt;
     }
   }
   return absl::InternalError(
       absl::StrCat("could not compose a prompt of exactly ", tokens, " tokens"));
+}
+
+absl::StatusOr<Prompt> PromptSynthesizer::ComposeWith(absl::string_view head, int64_t rest,
+                                                      int64_t tokens, int64_t serial) {
+  // Another start when the prompt equals an earlier one (a start on a space
+  // gives the same text as the next start).
+  for (int attempt = 0; attempt < kStartAttempts; ++attempt) {
+    const int64_t start = (StartFor(serial) + attempt * 13) % corpus_tokens();
+    Prompt prompt;
+    if (rest == 0) {
+      prompt.text = std::string(head);
+    } else {
+      // Measured after a stand-in block end first (cheap), then in place.
+      auto tail = Solve(head.empty() ? "" : kBlockBefore, "", rest, start, Shape{});
+      if (!tail.ok()) {
+        continue;
+      }
+      prompt.text = absl::StrCat(head, *tail);
+      ASSIGN_OR_RETURN(prompt.tokens, CountTokens(prompt.text));
+      if (prompt.tokens != tokens) {
+        tail = Solve(head, "", rest, start, Shape{});
+        if (!tail.ok()) {
+          continue;
+        }
+        prompt.text = absl::StrCat(head, *tail);
+      }
+    }
+    ASSIGN_OR_RETURN(prompt.tokens, CountTokens(prompt.text));
+    if (prompt.tokens != tokens) {
+      continue;
+    }
+    // Only blocks: the same ids give the same prompt, as in the trace.
+    if (prompt_hashes_.insert(absl::HashOf(prompt.text)).second || rest == 0) {
+      return prompt;
+    }
+  }
+  return absl::InternalError(
+      absl::StrCat("could not compose a new prompt of exactly ", tokens, " tokens"));
 }
 
 absl::StatusOr<Prompt> PromptSynthesizer::Paraphrase(absl::string_view text, uint64_t variant,

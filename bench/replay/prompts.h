@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -43,6 +44,10 @@ absl::StatusOr<std::vector<std::string>> LoadShareGptPrompts(const std::string& 
 // without a prompt file.
 std::vector<std::string> BuiltInPromptTexts();
 
+// The smallest hash_block_tokens: some text and the "\n\n" separator (two
+// tokens in SentencePiece vocabularies).
+inline constexpr int64_t kMinBlockTokens = 4;
+
 // A prompt and its exact token count.
 struct Prompt {
   std::string text;
@@ -62,7 +67,9 @@ class PromptSynthesizer {
 
   // A prompt of exactly `tokens` tokens (>= 1): the blocks of the first
   // hash ids that fit whole (tokens / block_tokens of them at most), then text
-  // unique to `serial` (distinct serials start at distinct corpus positions).
+  // unique to `serial` (distinct serials start at distinct corpus positions),
+  // never equal to an earlier prompt unless it is only blocks.
+  // InvalidArgument when block_tokens < kMinBlockTokens.
   absl::StatusOr<Prompt> Compose(absl::Span<const uint64_t> hash_ids, int64_t block_tokens,
                                  int64_t tokens, int64_t serial);
 
@@ -101,15 +108,20 @@ class PromptSynthesizer {
   // before.size() + text.size()).
   absl::StatusOr<std::string> Solve(absl::string_view before, absl::string_view after,
                                     int64_t tokens, int64_t start, const Shape& shape) const;
+  // The prompt `head` (whole blocks) + a unique tail of `rest` tokens, `tokens`
+  // in all, not equal to any prompt composed before.
+  absl::StatusOr<Prompt> ComposeWith(absl::string_view head, int64_t rest, int64_t tokens,
+                                     int64_t serial);
   // Distinct corpus start positions for distinct serials (a stride coprime
   // with the stream length).
   int64_t StartFor(uint64_t serial) const;
 
   const engine::Tokenizer& tokenizer_;
   std::vector<engine::TokenId> stream_;
-  absl::flat_hash_map<uint64_t, std::string> blocks_;
+  absl::flat_hash_map<std::pair<uint64_t, int64_t>, std::string> blocks_;  // (id, tokens)
   absl::flat_hash_set<std::string> block_texts_;  // different ids, different text
   absl::flat_hash_set<int64_t> block_starts_;
+  absl::flat_hash_set<size_t> prompt_hashes_;  // every prompt Compose returned
 };
 
 }  // namespace tandem::replay

@@ -50,9 +50,9 @@ absl::Status Validate(const WorkloadOptions& o) {
                                                    " exceeds max_input_tokens ",
                                                    o.max_input_tokens));
   }
-  if (o.hash_block_tokens < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hash_block_tokens ", o.hash_block_tokens, " must be >= 1"));
+  if (o.hash_block_tokens < kMinBlockTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("hash_block_tokens ", o.hash_block_tokens,
+                                                   " is below the minimum ", kMinBlockTokens));
   }
   if (!IsFraction(o.repeat_fraction) || !IsFraction(o.paraphrase_fraction) ||
       o.repeat_fraction + o.paraphrase_fraction > 1) {

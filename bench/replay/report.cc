@@ -60,7 +60,7 @@ set output "latency_cdf.png"
 set multiplot layout 2,2 title "tandem-replay: latency CDFs"
 set grid
 set key off
-set ylabel "fraction of requests"
+set ylabel "cumulative fraction"
 set yrange [0:1]
 )gp";
   for (const auto& [name, has_data] : metrics) {
@@ -116,8 +116,8 @@ absl::Status WritePlots(const std::string& dir, absl::Span<const RequestRecord> 
   for (const RequestRecord& r : records) {
     end = std::max(end, r.end_s);
   }
-  // Throughput in buckets: at least 1 s, at most ~100 of them.
-  const double bucket = std::max(1.0, std::ceil(end / 100.0));
+  // Throughput in ~50 buckets of at least 0.1 s.
+  const double bucket = std::max(0.1, end / 50.0);
   const size_t buckets = static_cast<size_t>(std::ceil(end / bucket)) + 1;
   std::vector<int64_t> completed(buckets, 0), tokens(buckets, 0);
   for (const RequestRecord& r : records) {

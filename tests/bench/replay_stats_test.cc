@@ -230,6 +230,7 @@ TEST(ReplayStatsTest, RecordJsonRoundTrips) {
   r.kind = "repeat";
   r.protocol = "http";
   r.cached_prompt_tokens = 16;
+  r.chunk_tokens = {1, 1, 1, 1};
   r.route_model = "m";
   r.colocated = false;
   const json j = RecordJson(r);

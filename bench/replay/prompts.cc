@@ -378,6 +378,7 @@ absl::StatusOr<Prompt> PromptSynthesizer::Compose(absl::Span<const uint64_t> has
     auto prompt = ComposeWith(absl::string_view(prefix).substr(0, prefix_ends[blocks]),
                               tokens - blocks * block_tokens, tokens, serial);
     if (prompt.ok()) {
+      blocks_dropped_ += whole - blocks;
       return prompt;
     }
   }

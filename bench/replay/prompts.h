@@ -9,14 +9,19 @@
 // measures the re-encoded text and moves k (then the start) until the count
 // is exactly the target.
 //
-// Blocks: the block of a hash id is content + "\n\n", where the content starts
+// Blocks: the block of a hash id is content + "\n", where the content starts
 // with no whitespace and ends in an ASCII letter or digit. Those are
 // pre-tokenizer boundaries for the byte-level BPE pre-tokenizers (gpt2,
-// llama3, qwen2, smollm: a letter run never absorbs a newline, a newline run
-// never absorbs the next non-space), so no token spans two blocks, and prompts
-// sharing their first k hash ids share a byte-identical text prefix and their
-// first k * block_tokens tokens. Each block is measured in place (between
-// neighbours), so it is exactly block_tokens tokens.
+// llama3, qwen2, smollm: a letter or digit run never absorbs a newline, a
+// lone newline is one piece before text or at the end, and a newline never
+// absorbs the next non-space), and SentencePiece vocabularies rarely merge
+// across a newline; so no token spans two blocks, and prompts sharing their
+// first k hash ids share a byte-identical text prefix and their first
+// k * block_tokens tokens. Each block is measured in place (between stand-in
+// neighbours, counting the tokens whose bytes fall inside it, and rejected
+// when a token crosses its edges), so it is exactly block_tokens tokens; the
+// whole prompt is counted again at the end. (Two newlines would not do: at
+// the end of a text the gpt2 pattern makes "\n\n" one token, before text two.)
 //
 // Not thread-safe (a cache of blocks); one per workload build.
 
@@ -44,8 +49,7 @@ absl::StatusOr<std::vector<std::string>> LoadShareGptPrompts(const std::string& 
 // without a prompt file.
 std::vector<std::string> BuiltInPromptTexts();
 
-// The smallest hash_block_tokens: some text and the "\n\n" separator (two
-// tokens in SentencePiece vocabularies).
+// The smallest hash_block_tokens: room for some text and the "\n" separator.
 inline constexpr int64_t kMinBlockTokens = 4;
 
 // A prompt and its exact token count.
@@ -84,10 +88,13 @@ class PromptSynthesizer {
   absl::StatusOr<std::string> Block(uint64_t hash_id, int64_t block_tokens, bool first);
 
   int64_t corpus_tokens() const { return static_cast<int64_t>(stream_.size()); }
+  // Whole blocks Compose left out (their text replaced by unique text)
+  // because no exact prompt could be made with them; 0 in the tests.
+  int64_t blocks_dropped() const { return blocks_dropped_; }
 
  private:
   // How a cut is trimmed: leading whitespace always goes (so the text never
-  // merges with a preceding "\n\n"); with `alnum_end` the text ends in an ASCII
+  // merges with a preceding newline); with `alnum_end` the text ends in an ASCII
   // letter or digit, then `suffix` is appended.
   struct Shape {
     bool alnum_end = false;
@@ -122,6 +129,7 @@ class PromptSynthesizer {
   absl::flat_hash_set<std::string> block_texts_;  // different ids, different text
   absl::flat_hash_set<int64_t> block_starts_;
   absl::flat_hash_set<size_t> prompt_hashes_;  // every prompt Compose returned
+  int64_t blocks_dropped_ = 0;
 };
 
 }  // namespace tandem::replay

@@ -1,6 +1,7 @@
-// Prompt synthesis on two real vocabularies, SmolLM2-135M (byte-level BPE,
-// smollm pre-tokenizer; from the model cache) and stories260K (SentencePiece
-// BPE with byte fallback; ../shared/models): exact token counts for many
+// Prompt synthesis on three real vocabularies: SmolLM2-135M and
+// Qwen2.5-Coder-0.5B (byte-level BPE, smollm and qwen2 pre-tokenizers; from
+// the model cache) and stories260K (SentencePiece BPE with byte fallback;
+// ../shared/models): exact token counts for many
 // lengths (1, many small ones, longer than any one ShareGPT prompt), hash-id
 // blocks that give byte- and token-identical prefixes, distinct blocks for
 // distinct ids, and the paraphrase rewording. Token counts are checked with
@@ -75,8 +76,10 @@ class PromptsTest : public ::testing::TestWithParam<std::string> {
     Vocab& v = (*vocabs)[GetParam()];
     if (v.synthesizer == nullptr) {
       std::string path;
-      if (GetParam() == "smollm2") {
-        auto resolved = engine::ResolveModelPath("smollm2-135m-instruct");
+      if (GetParam() != "stories260K") {
+        auto resolved = engine::ResolveModelPath(GetParam() == "smollm2"
+                                                     ? "smollm2-135m-instruct"
+                                                     : "qwen2.5-coder-0.5b-instruct");
         EXPECT_TRUE(resolved.ok()) << resolved.status();
         path = resolved.ok() ? *resolved : "";
       } else {
@@ -172,6 +175,7 @@ TEST_P(PromptsTest, SharedHashIdsGiveIdenticalPrefixes) {
           << "rows " << a << " and " << b;
     }
   }
+  EXPECT_EQ(synthesizer().blocks_dropped(), 0);
 }
 
 TEST_P(PromptsTest, EachBlockIsExactlyBlockTokensInPlace) {
@@ -189,6 +193,7 @@ TEST_P(PromptsTest, EachBlockIsExactlyBlockTokensInPlace) {
           << "block size " << block << ", block " << k;
     }
   }
+  EXPECT_EQ(synthesizer().blocks_dropped(), 0);
 }
 
 TEST_P(PromptsTest, DifferentIdsGiveDifferentBlocks) {
@@ -217,7 +222,7 @@ TEST_P(PromptsTest, ParaphraseRewordsAndCaps) {
   EXPECT_TRUE(absl::StartsWith(p.text, capped.text)) << capped.text;
 }
 
-INSTANTIATE_TEST_SUITE_P(Vocabularies, PromptsTest, ::testing::Values("smollm2", "stories260K"),
+INSTANTIATE_TEST_SUITE_P(Vocabularies, PromptsTest, ::testing::Values("smollm2", "qwen2", "stories260K"),
                          [](const auto& info) { return info.param; });
 
 TEST(PromptCorpusTest, ShareGptLoadsAndBadFilesNameTheProblem) {

@@ -51,21 +51,18 @@ bool IsLoopbackHost(absl::string_view host) {
 
 void Cancellation::Cancel() {
   absl::MutexLock lock(&mu_);
-  cancelled_ = true;
+  cancelled_.store(true);
   if (hook_) {
     hook_();
   }
 }
 
-bool Cancellation::cancelled() const {
-  absl::MutexLock lock(&mu_);
-  return cancelled_;
-}
+bool Cancellation::cancelled() const { return cancelled_.load(); }
 
 void Cancellation::SetHook(absl::AnyInvocable<void()> hook) {
   absl::MutexLock lock(&mu_);
   hook_ = std::move(hook);
-  if (cancelled_) {
+  if (cancelled_.load()) {
     hook_();
   }
 }

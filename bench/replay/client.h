@@ -6,6 +6,7 @@
 // stream_options.include_usage. Both send max_tokens with ignore_eos (the
 // router honours it on both fronts), temperature 0, and
 // "Authorization: Bearer KEY" when an API key is given.
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -35,8 +36,10 @@ class Cancellation {
   void ClearHook();
 
  private:
-  mutable absl::Mutex mu_;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  // Lock-free to read: clients poll it from inside their I/O library's
+  // callbacks, which may hold that library's locks (which a hook may take).
+  std::atomic<bool> cancelled_{false};
+  absl::Mutex mu_;  // the hook runs under it, so it never outlives ClearHook()
   absl::AnyInvocable<void()> hook_ ABSL_GUARDED_BY(mu_);
 };
 

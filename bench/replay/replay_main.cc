@@ -8,11 +8,13 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <initializer_list>
 #include <iostream>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "bench/replay/client.h"
 #include "bench/replay/report.h"
 #include "bench/replay/runner.h"
@@ -76,18 +78,20 @@ int Fail(const absl::Status& s) {
   return 2;
 }
 
-absl::StatusOr<replay::TraceFormat> ParseFormat(const std::string& f) {
-  if (f == "auto") {
-    return replay::TraceFormat::kAuto;
+// `value` of --`flag` as one of `choices` (name, value); else
+// InvalidArgument listing them.
+template <typename T>
+absl::StatusOr<T> ParseChoice(absl::string_view flag, const std::string& value,
+                              std::initializer_list<std::pair<const char*, T>> choices) {
+  std::vector<std::string> names;
+  for (const auto& [name, v] : choices) {
+    if (value == name) {
+      return v;
+    }
+    names.push_back(name);
   }
-  if (f == "azure") {
-    return replay::TraceFormat::kAzure;
-  }
-  if (f == "mooncake") {
-    return replay::TraceFormat::kMooncake;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--format '", f, "': unknown format (auto, azure, mooncake)"));
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, " '", value, "': not one of ",
+                                                 absl::StrJoin(names, ", ")));
 }
 
 absl::StatusOr<replay::Arrival> ParseArrival(const std::string& a, bool have_trace,
@@ -111,17 +115,18 @@ absl::StatusOr<replay::Arrival> ParseArrival(const std::string& a, bool have_tra
       absl::StrCat("--arrival '", a, "': unknown arrival process (trace, poisson, gamma)"));
 }
 
-absl::StatusOr<replay::ProgressMode> ParseProgress(const std::string& p) {
-  if (p == "auto") {
-    return replay::ProgressMode::kAuto;
+const char* ArrivalName(replay::Arrival a) {
+  switch (a) {
+    case replay::Arrival::kTrace:
+      return "trace";
+    case replay::Arrival::kPoisson:
+      return "poisson";
+    case replay::Arrival::kGamma:
+      return "gamma";
+    case replay::Arrival::kConcurrency:
+      return "concurrency";
   }
-  if (p == "lines") {
-    return replay::ProgressMode::kLines;
-  }
-  if (p == "off") {
-    return replay::ProgressMode::kOff;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("--progress '", p, "': auto, lines or off"));
+  return "";
 }
 
 struct TargetModel {
@@ -181,11 +186,19 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<replay::Protocol> protocol = replay::ParseProtocol(absl::GetFlag(FLAGS_protocol));
   absl::StatusOr<replay::Slo> slo = replay::ParseSlo(absl::GetFlag(FLAGS_slo));
-  absl::StatusOr<replay::TraceFormat> format = ParseFormat(absl::GetFlag(FLAGS_format));
+  absl::StatusOr<replay::TraceFormat> format = ParseChoice<replay::TraceFormat>(
+      "format", absl::GetFlag(FLAGS_format),
+      {{"auto", replay::TraceFormat::kAuto},
+       {"azure", replay::TraceFormat::kAzure},
+       {"mooncake", replay::TraceFormat::kMooncake}});
   absl::StatusOr<replay::Arrival> arrival =
       ParseArrival(absl::GetFlag(FLAGS_arrival), !absl::GetFlag(FLAGS_trace).empty(),
                    absl::GetFlag(FLAGS_concurrency));
-  absl::StatusOr<replay::ProgressMode> progress = ParseProgress(absl::GetFlag(FLAGS_progress));
+  absl::StatusOr<replay::ProgressMode> progress = ParseChoice<replay::ProgressMode>(
+      "progress", absl::GetFlag(FLAGS_progress),
+      {{"auto", replay::ProgressMode::kAuto},
+       {"lines", replay::ProgressMode::kLines},
+       {"off", replay::ProgressMode::kOff}});
   for (const absl::Status& s : {protocol.status(), slo.status(), format.status(),
                                 arrival.status(), progress.status()}) {
     if (!s.ok()) {
@@ -246,7 +259,10 @@ int main(int argc, char** argv) {
     return Fail(client.status());
   }
   replay::RunOptions run;
-  run.duration_s = absl::GetFlag(FLAGS_duration);
+  // --duration is trace time for trace arrivals (the window), sent in
+  // duration / speedup of wall time.
+  run.duration_s = absl::GetFlag(FLAGS_duration) /
+                   (w.arrival == replay::Arrival::kTrace && w.speedup > 0 ? w.speedup : 1.0);
   run.grace_s = absl::GetFlag(FLAGS_grace);
   run.max_requests = absl::GetFlag(FLAGS_max_requests);
   run.progress = *progress;
@@ -264,7 +280,7 @@ int main(int argc, char** argv) {
   settings["protocol"] = replay::ProtocolName(*protocol);
   settings["model"] = model;
   settings["trace"] = w.trace_path;
-  settings["arrival"] = absl::GetFlag(FLAGS_arrival);
+  settings["arrival"] = ArrivalName(w.arrival);
   settings["rate"] = w.rate;
   settings["concurrency"] = workload->concurrency;
   settings["speedup"] = w.speedup;

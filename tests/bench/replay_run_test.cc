@@ -112,7 +112,8 @@ TEST(ReplayRunTest, OpenLoopSendsOnScheduleWhateverTheServerDoes) {
     SCOPED_TRACE(r.id);
     EXPECT_TRUE(r.ok);
     EXPECT_DOUBLE_EQ(r.scheduled_s, w.requests[r.id].send_at_s);
-    EXPECT_NEAR(r.send_s, r.scheduled_s, 0.05);  // not after the previous one's end
+    // Long before the previous one's end (1 s); loose for a loaded machine.
+    EXPECT_NEAR(r.send_s, r.scheduled_s, 0.3);
   }
   EXPECT_EQ(client.max_in_flight(), 6);
 }
@@ -120,7 +121,7 @@ TEST(ReplayRunTest, OpenLoopSendsOnScheduleWhateverTheServerDoes) {
 TEST(ReplayRunTest, ConcurrencyKeepsThatManyInFlight) {
   Workload w = Schedule(std::vector<double>(9, 0));
   w.concurrency = 3;
-  FakeClient client(absl::Milliseconds(100));
+  FakeClient client(absl::Milliseconds(300));
   const std::vector<RequestRecord> records = RunWorkload(w, client, Quiet());
   ASSERT_EQ(records.size(), 9u);
   EXPECT_EQ(client.max_in_flight(), 3);
@@ -129,7 +130,7 @@ TEST(ReplayRunTest, ConcurrencyKeepsThatManyInFlight) {
     EXPECT_TRUE(r.ok);
     last_send = std::max(last_send, r.send_s);
   }
-  EXPECT_GT(last_send, 0.15);  // the third wave waited for two waves to end
+  EXPECT_GT(last_send, 0.5);  // the third wave waited for two waves to end
 }
 
 TEST(ReplayRunTest, MaxRequestsBoundsTheRun) {
@@ -141,20 +142,21 @@ TEST(ReplayRunTest, MaxRequestsBoundsTheRun) {
 }
 
 TEST(ReplayRunTest, HardStopCancelsWhatIsInFlight) {
-  // Three requests before the 0.3 s duration, two after it; the server never
-  // answers, so at 0.3 + 0.2 s the three are cancelled.
-  const Workload w = Schedule({0, 0.1, 0.2, 0.6, 0.7});
+  // Three requests well before the 1 s duration, two after it; the server
+  // never answers, so at 1 + 0.3 s the three are cancelled.
+  const Workload w = Schedule({0, 0.05, 0.1, 2.0, 2.1});
   FakeClient client(absl::InfiniteDuration());
   RunOptions o = Quiet();
-  o.duration_s = 0.3;
-  o.grace_s = 0.2;
+  o.duration_s = 1.0;
+  o.grace_s = 0.3;
   const absl::Time start = absl::Now();
   const std::vector<RequestRecord> records = RunWorkload(w, client, o);
-  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   ASSERT_EQ(records.size(), 3u);
   for (const RequestRecord& r : records) {
     EXPECT_EQ(r.status, "CANCELLED");
-    EXPECT_NEAR(r.end_s, 0.5, 0.2);
+    EXPECT_GE(r.end_s, 1.3);  // not before the grace ran out
+    EXPECT_LT(r.end_s, 4.0);
   }
   const Summary s = Summarize(records, Slo{});
   EXPECT_EQ(s.requests_sent, s.requests_ok + s.requests_error);

@@ -17,11 +17,12 @@ QuantizedActs AllocQuantizedActs(ScratchBuffer& buffer, int64_t m, int64_t cols)
   a.nb = cols / kQBlock;
   const size_t qs_bytes = (static_cast<size_t>(m * cols) + 63) & ~size_t{63};
   const size_t d_bytes = (static_cast<size_t>(m * a.nb) * 4 + 63) & ~size_t{63};
-  auto* base = static_cast<uint8_t*>(buffer.Get(qs_bytes + 3 * d_bytes));
+  auto* base = static_cast<uint8_t*>(buffer.Get(qs_bytes + 4 * d_bytes));
   a.qs = reinterpret_cast<int8_t*>(base);
   a.d = reinterpret_cast<float*>(base + qs_bytes);
   a.sum = reinterpret_cast<int32_t*>(base + qs_bytes + d_bytes);
   a.sum_lo = reinterpret_cast<int32_t*>(base + qs_bytes + 2 * d_bytes);
+  a.dsum = reinterpret_cast<float*>(base + qs_bytes + 3 * d_bytes);
   return a;
 }
 
@@ -49,6 +50,7 @@ void QuantizeActsScalar(const float* x, int64_t m, int64_t cols, const Quantized
       }
       out.d[i * nb + b] = d;
       out.sum[i * nb + b] = sum;
+      out.dsum[i * nb + b] = d * static_cast<float>(sum);
     }
   }
 }

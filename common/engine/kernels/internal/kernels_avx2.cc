@@ -171,8 +171,11 @@ void QuantizeActsAvx2(const float* x, int64_t m, int64_t cols, bool offset128,
       const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
       const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid));
       const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
-      out.sum[i * nb + b] =
-          HsumEpi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+      const int32_t sum_lo = HsumEpi32(_mm256_add_epi32(i0, i1));
+      out.sum_lo[i * nb + b] = sum_lo;
+      const int32_t sum = sum_lo + HsumEpi32(_mm256_add_epi32(i2, i3));
+      out.sum[i * nb + b] = sum;
+      out.dsum[i * nb + b] = d * static_cast<float>(sum);
       out.d[i * nb + b] = d;
       const __m256i p01 = _mm256_packs_epi32(i0, i1);
       const __m256i p23 = _mm256_packs_epi32(i2, i3);

@@ -119,13 +119,19 @@ inline uint16_t LoadU16(const uint8_t* p) {
 // Activations are quantized per 32-element block (as ggml's Q8_0, but with an
 // fp32 scale): d = amax / 127, q = round_half_even(x * (127 / amax)), and the
 // block sum of q kept for the Q4_0 offset correction and the min terms of
-// Q4_1/Q5_1/Q4_K/Q5_K (ggml's Q8_1 s). Every ISA computes the
-// same bits: the scale and the rounding use the same float operations.
+// Q4_1/Q5_1/Q4_K/Q5_K (ggml's Q8_1 s), and the sum of its first 16 q for the
+// offset correction of Q6_K's two 16-halves (the level kernels multiply
+// unsigned levels), and d * float(sum), the factor of a block's min term
+// (saves the level kernels a conversion, a multiply and a broadcast per
+// block and row). Every ISA computes the same bits: the scale and the
+// rounding use the same float operations.
 struct QuantizedActs {
-  int8_t* qs = nullptr;    // [m][cols]
-  float* d = nullptr;      // [m][nb]
-  int32_t* sum = nullptr;  // [m][nb]
-  int64_t nb = 0;          // blocks per row
+  int8_t* qs = nullptr;       // [m][cols]
+  float* d = nullptr;         // [m][nb]
+  int32_t* sum = nullptr;     // [m][nb]
+  int32_t* sum_lo = nullptr;  // [m][nb], q[0..16) of each block
+  float* dsum = nullptr;      // [m][nb], d * static_cast<float>(sum)
+  int64_t nb = 0;             // blocks per row
 };
 
 // Grow-only, 64-byte aligned scratch buffer; one per thread (thread_local).
@@ -156,6 +162,8 @@ inline QuantizedActs RowsFrom(const QuantizedActs& a, int64_t i0, int64_t cols) 
   r.qs += i0 * cols;
   r.d += i0 * a.nb;
   r.sum += i0 * a.nb;
+  r.sum_lo += i0 * a.nb;
+  r.dsum += i0 * a.nb;
   return r;
 }
 

@@ -17,10 +17,12 @@ QuantizedActs AllocQuantizedActs(ScratchBuffer& buffer, int64_t m, int64_t cols)
   a.nb = cols / kQBlock;
   const size_t qs_bytes = (static_cast<size_t>(m * cols) + 63) & ~size_t{63};
   const size_t d_bytes = (static_cast<size_t>(m * a.nb) * 4 + 63) & ~size_t{63};
-  auto* base = static_cast<uint8_t*>(buffer.Get(qs_bytes + 2 * d_bytes));
+  auto* base = static_cast<uint8_t*>(buffer.Get(qs_bytes + 4 * d_bytes));
   a.qs = reinterpret_cast<int8_t*>(base);
   a.d = reinterpret_cast<float*>(base + qs_bytes);
   a.sum = reinterpret_cast<int32_t*>(base + qs_bytes + d_bytes);
+  a.sum_lo = reinterpret_cast<int32_t*>(base + qs_bytes + 2 * d_bytes);
+  a.dsum = reinterpret_cast<float*>(base + qs_bytes + 3 * d_bytes);
   return a;
 }
 
@@ -42,9 +44,13 @@ void QuantizeActsScalar(const float* x, int64_t m, int64_t cols, const Quantized
         // float->int conversions do.
         q[j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
         sum += q[j];
+        if (j == kQBlock / 2 - 1) {
+          out.sum_lo[i * nb + b] = sum;
+        }
       }
       out.d[i * nb + b] = d;
       out.sum[i * nb + b] = sum;
+      out.dsum[i * nb + b] = d * static_cast<float>(sum);
     }
   }
 }

@@ -233,18 +233,12 @@ std::string CaseName(const MatMulCase& c) {
   return absl::StrCat(GgmlTypeName(c.type), " rows=", c.rows, " cols=", c.cols, " m=", c.m);
 }
 
-// Checks `isa` (which the CPU has) on `c`, and against the scalar path.
-void CheckMatMul(Isa isa, const MatMulCase& c, uint32_t seed) {
-  SCOPED_TRACE(absl::StrCat(CaseName(c), " seed=", seed, " ", IsaName(isa)));
+// Checks `isa` (which the CPU has) on `c` with weights `data` (GGUF layout)
+// and activations x, and against the scalar path.
+void CheckMatMulOn(Isa isa, const MatMulCase& c, const std::vector<uint8_t>& data,
+                   const std::vector<float>& x) {
   IsaGuard guard;
-  const std::vector<uint8_t> data = MakeWeights(c.type, c.rows, c.cols, seed);
   ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(c.type, data.data(), c.rows, c.cols));
-  std::vector<float> x = RandomFloats(c.m * c.cols, seed + 1);
-  if (c.m > 1) {
-    for (int64_t k = 0; k < std::min<int64_t>(c.cols, 32); ++k) {
-      x[c.cols + k] = 0.0f;  // an all-zero activation block (scale 0)
-    }
-  }
   const Reference ref = NaiveMatMul(w, data.data(), x, c.m);
   const bool quantized = IsQuantized(c.type);
   const double nb = static_cast<double>(c.cols) / 32.0;
@@ -293,6 +287,20 @@ void CheckMatMul(Isa isa, const MatMulCase& c, uint32_t seed) {
           << "vs scalar: i=" << j / c.rows << " r=" << j % c.rows;
     }
   }
+}
+
+// CheckMatMulOn with random weights (MakeWeights) and activations (one
+// all-zero activation block when m > 1).
+void CheckMatMul(Isa isa, const MatMulCase& c, uint32_t seed) {
+  SCOPED_TRACE(absl::StrCat(CaseName(c), " seed=", seed, " ", IsaName(isa)));
+  const std::vector<uint8_t> data = MakeWeights(c.type, c.rows, c.cols, seed);
+  std::vector<float> x = RandomFloats(c.m * c.cols, seed + 1);
+  if (c.m > 1) {
+    for (int64_t k = 0; k < std::min<int64_t>(c.cols, 32); ++k) {
+      x[c.cols + k] = 0.0f;  // an all-zero activation block (scale 0)
+    }
+  }
+  CheckMatMulOn(isa, c, data, x);
 }
 
 class MatMulTest : public PerIsaTest {};
@@ -349,6 +357,96 @@ TEST_P(MatMulTest, LevelTypesTinyLlamaShapes) {
     CheckMatMul(isa(), {type, 40, 2048, 1}, ++seed);
     CheckMatMul(isa(), {type, 19, 5632, 9}, ++seed);
     CheckMatMul(isa(), {type, 70, 512, 64}, ++seed);
+  }
+}
+
+// Every level at its largest stored value (15, 31 or 63; Q5_0's and Q6_K's
+// offsets make that +15 and +31) times activations that all quantize to
+// +127 or -127: the largest integer block dots and vpmaddubsw pair sums the
+// kernels can meet (the AVX2 path sums pairs in int16, up to 32004; see
+// kernels_levels.inc). Factors: fp16 d = dmin = 2^-8, Q4_K/Q5_K 6-bit scales
+// and mins 63, Q6_K int8 scales 127 or -128.
+std::vector<uint8_t> MaxLevelWeights(GgmlType type, int64_t rows, int64_t cols) {
+  const int64_t block_bytes = GgmlTypeSize(type);
+  std::vector<uint8_t> data(rows * (cols / GgmlBlockSize(type)) * block_bytes, 0xFF);
+  const uint16_t d = Fp32ToFp16(1.0f / 256.0f);
+  for (int64_t b = 0; b < static_cast<int64_t>(data.size()) / block_bytes; ++b) {
+    uint8_t* blk = data.data() + b * block_bytes;
+    switch (type) {
+      case GgmlType::kQ6_K:
+        // int8 scales: 127 for the even 16-halves, -128 for the odd ones.
+        for (int j = 0; j < 16; ++j) {
+          blk[kQK_K / 2 + kQK_K / 4 + j] = j % 2 == 0 ? 0x7F : 0x80;
+        }
+        std::memcpy(blk + offsetof(BlockQ6_K, d), &d, 2);
+        break;
+      case GgmlType::kQ5_0:
+        std::memcpy(blk, &d, 2);
+        break;
+      default:  // Q4_1, Q5_1 (d, m); Q4_K, Q5_K (d, dmin)
+        std::memcpy(blk, &d, 2);
+        std::memcpy(blk + 2, &d, 2);
+        break;
+    }
+  }
+  return data;
+}
+
+TEST_P(MatMulTest, LevelTypesLargestLevelsAndActivations) {
+  for (GgmlType type : kLevelTypes) {
+    const int64_t rows = 21;
+    const int64_t cols = 512;
+    for (int64_t m : {1, 2, 9}) {
+      // Row i: all +1 (i % 3 == 0), all -1 (1), or the sign alternating by block (2).
+      std::vector<float> x(m * cols);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const bool neg = i % 3 == 1 || (i % 3 == 2 && (c / 32) % 2 == 1);
+          x[i * cols + c] = neg ? -1.0f : 1.0f;
+        }
+      }
+      const MatMulCase mc{type, rows, cols, m};
+      SCOPED_TRACE(absl::StrCat(CaseName(mc), " ", IsaName(isa())));
+      CheckMatMulOn(isa(), mc, MaxLevelWeights(type, rows, cols), x);
+    }
+  }
+}
+
+// The SIMD activation quantizer gives the scalar one's bits, with the
+// per-block extras the level kernels use: the sum of the first 16 q and
+// d * float(sum).
+TEST(QuantizeActsTest, Avx2MatchesScalarWithHalfSums) {
+  if (DetectIsa() == Isa::kScalar) {
+    GTEST_SKIP() << "this CPU lacks avx2";
+  }
+  const int64_t m = 3;
+  const int64_t cols = 256;
+  std::vector<float> x = RandomFloats(m * cols, 31);
+  for (int64_t k = 0; k < 32; ++k) {
+    x[cols + 64 + k] = 0.0f;  // an all-zero block
+  }
+  internal::ScratchBuffer buf_scalar;
+  internal::ScratchBuffer buf_avx2;
+  const internal::QuantizedActs s = internal::AllocQuantizedActs(buf_scalar, m, cols);
+  const internal::QuantizedActs a = internal::AllocQuantizedActs(buf_avx2, m, cols);
+  internal::QuantizeActsScalar(x.data(), m, cols, s);
+  internal::QuantizeActsAvx2(x.data(), m, cols, /*offset128=*/false, a);
+  ASSERT_EQ(s.nb, cols / 32);
+  EXPECT_TRUE(std::equal(s.qs, s.qs + m * cols, a.qs));
+  for (int64_t j = 0; j < m * s.nb; ++j) {
+    int32_t lo = 0;
+    int32_t all = 0;
+    for (int k = 0; k < 32; ++k) {
+      all += s.qs[j * 32 + k];
+      lo += k < 16 ? s.qs[j * 32 + k] : 0;
+    }
+    EXPECT_EQ(s.sum[j], all) << "block " << j;
+    EXPECT_EQ(s.sum_lo[j], lo) << "block " << j;
+    EXPECT_EQ(s.dsum[j], s.d[j] * static_cast<float>(all)) << "block " << j;
+    EXPECT_EQ(a.d[j], s.d[j]) << "block " << j;
+    EXPECT_EQ(a.sum[j], s.sum[j]) << "block " << j;
+    EXPECT_EQ(a.sum_lo[j], s.sum_lo[j]) << "block " << j;
+    EXPECT_EQ(a.dsum[j], s.dsum[j]) << "block " << j;
   }
 }
 

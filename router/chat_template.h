@@ -57,7 +57,7 @@ struct ChatMessage {
   std::string content;
   // An assistant turn's calls (OpenAI tool_calls), written as <tool_call>
   // blocks by templates with ChatTemplateExtras::tools; others ignore them.
-  std::vector<ToolCall> tool_calls;
+  std::vector<ToolCall> tool_calls = {};
 };
 
 // How a Hermes-style template (Qwen2.5) shows the request's tools: in the

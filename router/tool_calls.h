@@ -37,6 +37,7 @@ std::string PythonJsonDumps(const nlohmann::ordered_json& value);
 struct ToolCall {
   std::string name;
   std::string arguments;  // JSON text (PythonJsonDumps of the model's "arguments")
+  friend bool operator==(const ToolCall&, const ToolCall&) = default;
 };
 
 struct ParsedToolCalls {

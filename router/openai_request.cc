@@ -258,16 +258,12 @@ absl::Status ParseTools(const json& body, absl::string_view body_text, OpenAiReq
   const bool has_tools = tools != body.end() && !tools->is_null();
   std::string mode = has_tools && !tools->empty() ? "auto" : "none";
   if (choice != body.end() && !choice->is_null()) {
-    if (!choice->is_string()) {
+    mode = choice->is_string() ? choice->get<std::string>() : "a named function";
+    if (!choice->is_string() || mode == "required") {
       return Unsupported("tool_choice",
-                         " as a named function: only \"auto\" and \"none\" (forcing a call "
-                         "needs guided decoding, which this server does not have)");
-    }
-    mode = choice->get<std::string>();
-    if (mode == "required") {
-      return Unsupported("tool_choice",
-                         " as \"required\": only \"auto\" and \"none\" (forcing a call needs "
-                         "guided decoding, which this server does not have)");
+                         absl::StrCat(" as ", mode,
+                                      ": only \"auto\" and \"none\" (forcing a call needs "
+                                      "guided decoding, which this server does not have)"));
     }
     if (mode != "auto" && mode != "none") {
       return InvalidParam("tool_choice", absl::StrCat("'tool_choice' must be \"auto\" or "

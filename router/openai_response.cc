@@ -215,7 +215,7 @@ std::string OpenAiResponseBuilder::OnChoiceDone(const ChoiceResult& result) {
       c.role_sent = true;
       delta = RoleDelta();
     }
-    if (c.tool_stream.has_value()) {
+    if (c.tool_stream.has_value() && request_.stream) {
       const size_t first_call = c.tool_stream->calls_sent();
       HermesToolStream::Update u = c.tool_stream->Finish();
       if (!u.content.empty()) {

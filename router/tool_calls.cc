@@ -85,6 +85,27 @@ bool MayBeBareCall(absl::string_view text) {
   return absl::StartsWith(kFence, t) || absl::StartsWith(t, kFence) || absl::StartsWith(t, "{");
 }
 
+// The next <tool_call> block at or after `from`: its body (up to
+// </tool_call>, or to the end when unterminated) and where it ends.
+struct Block {
+  absl::string_view body;
+  bool closed = false;
+  size_t end = 0;  // past </tool_call>, or text.size()
+};
+
+std::optional<Block> NextBlock(absl::string_view text, size_t from) {
+  const size_t open = text.find(kOpen, from);
+  if (open == absl::string_view::npos) {
+    return std::nullopt;
+  }
+  const size_t body = open + kOpen.size();
+  const size_t close = text.find(kClose, body);
+  if (close == absl::string_view::npos) {
+    return Block{text.substr(body), false, text.size()};
+  }
+  return Block{text.substr(body, close - body), true, close + kClose.size()};
+}
+
 // The length of the longest suffix of `text` that begins `marker`.
 size_t PartialMarkerSuffix(absl::string_view text, absl::string_view marker) {
   for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
@@ -116,18 +137,13 @@ ParsedToolCalls ParseHermesToolCalls(absl::string_view output,
     return parsed;
   }
   // <tool_call>(.*?)</tool_call>|<tool_call>(.*), as vLLM's findall.
-  for (size_t at = first; at != absl::string_view::npos; at = output.find(kOpen, at)) {
-    const size_t body = at + kOpen.size();
-    const size_t close = output.find(kClose, body);
-    const absl::string_view block =
-        output.substr(body, close == absl::string_view::npos ? absl::string_view::npos
-                                                             : close - body);
-    std::optional<ToolCall> call = ParseCallJson(block);
+  for (std::optional<Block> b = NextBlock(output, first); b.has_value();
+       b = NextBlock(output, b->end)) {
+    std::optional<ToolCall> call = ParseCallJson(b->body);
     if (!call.has_value()) {
       return ParsedToolCalls{{}, std::string(output)};  // malformed: all content
     }
     parsed.calls.push_back(*std::move(call));
-    at = close == absl::string_view::npos ? absl::string_view::npos : close + kClose.size();
   }
   if (first > 0) {
     parsed.content = std::string(output.substr(0, first));
@@ -177,23 +193,19 @@ HermesToolStream::Update HermesToolStream::Advance(bool final) {
   if (stage_ == Stage::kCalls) {
     // Each complete block (and at the end an unterminated last one); text
     // between and after blocks is dropped, as vLLM does.
-    for (size_t at = text.find(kOpen, sent_); at != absl::string_view::npos;
-         at = text.find(kOpen, sent_)) {
-      const size_t body = at + kOpen.size();
-      const size_t close = text.find(kClose, body);
-      if (close == absl::string_view::npos && !final) {
+    for (std::optional<Block> b = NextBlock(text, sent_); b.has_value();
+         b = NextBlock(text, sent_)) {
+      if (!b->closed && !final) {
         return u;
       }
-      std::optional<ToolCall> call = ParseCallJson(
-          text.substr(body, close == absl::string_view::npos ? absl::string_view::npos
-                                                             : close - body));
+      std::optional<ToolCall> call = ParseCallJson(b->body);
       if (!call.has_value()) {
         stage_ = Stage::kFailed;
         break;
       }
       u.calls.push_back(*std::move(call));
       ++calls_sent_;
-      sent_ = close == absl::string_view::npos ? text.size() : close + kClose.size();
+      sent_ = b->end;
     }
     if (stage_ == Stage::kCalls) {
       if (final) {

@@ -288,11 +288,11 @@ absl::StatusOr<RenderedPrompt> ChatTemplate::RenderWithRanges(
     return InvalidParam("messages", "messages must contain at least one message");
   }
   if (!tools.empty() && !extras_.tools.has_value()) {
-    return InvalidParam(
-        "tools", absl::StrCat("'tools' is not supported by this model: its chat template (",
-                              ChatTemplateFamilyName(family_),
-                              ") has no tools section (tool calling needs a Hermes-style "
-                              "template such as Qwen2.5's, with <tools> and <tool_call>)"));
+    return InvalidParam("tools",
+                        absl::StrCat("'tools' is not supported by this model: its chat template (",
+                                     ChatTemplateFamilyName(family_),
+                                     ") has no tools section (tool calling needs a Hermes-style "
+                                     "template such as Qwen2.5's, with <tools> and <tool_call>)"));
   }
   std::vector<ChatMessage> chat;
   chat.reserve(messages.size());

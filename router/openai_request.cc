@@ -221,8 +221,9 @@ absl::Status ParseMessageToolCalls(const json& message, const std::string& at,
     const std::string ck = absl::StrCat(param, "[", k, "]");
     auto fn = c.is_object() ? c.find("function") : c.end();
     if (!c.is_object() || fn == c.end() || !fn->is_object()) {
-      return InvalidParam(ck, absl::StrCat("'", ck, "' must be {\"type\": \"function\", "
-                                                    "\"function\": {\"name\", \"arguments\"}}"));
+      return InvalidParam(ck, absl::StrCat("'", ck,
+                                           "' must be {\"type\": \"function\", "
+                                           "\"function\": {\"name\", \"arguments\"}}"));
     }
     auto name = fn->find("name");
     if (name == fn->end() || !name->is_string()) {
@@ -267,7 +268,8 @@ absl::Status ParseTools(const json& body, absl::string_view body_text, OpenAiReq
     }
     if (mode != "auto" && mode != "none") {
       return InvalidParam("tool_choice", absl::StrCat("'tool_choice' must be \"auto\" or "
-                                                      "\"none\", got \"", mode, "\""));
+                                                      "\"none\", got \"",
+                                                      mode, "\""));
     }
     if (mode == "auto" && (!has_tools || tools->empty())) {
       return InvalidParam("tool_choice", "'tool_choice' \"auto\" needs 'tools'");
@@ -297,8 +299,9 @@ absl::Status ParseTools(const json& body, absl::string_view body_text, OpenAiReq
     auto type = t.is_object() ? t.find("type") : t.end();
     auto fn = t.is_object() ? t.find("function") : t.end();
     if (type == t.end() || *type != "function" || fn == t.end() || !fn->is_object()) {
-      return InvalidParam(at, absl::StrCat("'", at, "' must be {\"type\": \"function\", "
-                                                    "\"function\": {\"name\": ...}}"));
+      return InvalidParam(at, absl::StrCat("'", at,
+                                           "' must be {\"type\": \"function\", "
+                                           "\"function\": {\"name\": ...}}"));
     }
     auto name = fn->find("name");
     if (name == fn->end() || !name->is_string() || name->get<std::string>().empty()) {

@@ -222,8 +222,7 @@ std::string OpenAiResponseBuilder::OnChoiceDone(const ChoiceResult& result) {
         delta["content"] = std::move(u.content);
       }
       if (!u.calls.empty()) {
-        delta["tool_calls"] =
-            ToolCallsJson(result.index, first_call, u.calls, /*with_index=*/true);
+        delta["tool_calls"] = ToolCallsJson(result.index, first_call, u.calls, /*with_index=*/true);
       }
       if (c.tool_stream->calls_sent() > 0) {
         finish = "tool_calls";  // as vLLM, whatever ended the output
@@ -267,7 +266,7 @@ std::string OpenAiResponseBuilder::FinalResponse(const RequestSummary& summary) 
     const Choice& c = choices_[i];
     json choice;
     choice["index"] = i;
-    std::string finish = !c.finish.has_value()          ? ""
+    std::string finish = !c.finish.has_value()                ? ""
                          : *c.finish == FinishReason::kLength ? "length"
                                                               : "stop";
     if (chat && request_.parse_tool_calls) {

@@ -165,8 +165,7 @@ HermesToolStream::Update HermesToolStream::Advance(bool final) {
     const size_t open = text.find(kOpen);
     if (open == absl::string_view::npos) {
       if (final) {
-        std::optional<ToolCall> call =
-            sent_ == 0 ? ParseBareCall(text, tool_names_) : std::nullopt;
+        std::optional<ToolCall> call = sent_ == 0 ? ParseBareCall(text, tool_names_) : std::nullopt;
         if (call.has_value()) {
           u.calls.push_back(*std::move(call));
           ++calls_sent_;

@@ -41,7 +41,7 @@ struct ToolCall {
 };
 
 struct ParsedToolCalls {
-  std::vector<ToolCall> calls;  // empty: no tool call, `content` is the whole output
+  std::vector<ToolCall> calls;         // empty: no tool call, `content` is the whole output
   std::optional<std::string> content;  // nullopt when calls were found and no text precedes
 };
 
@@ -80,9 +80,9 @@ class HermesToolStream {
   Update Advance(bool final);
 
   std::vector<std::string> tool_names_;
-  std::string text_;   // the output so far
+  std::string text_;  // the output so far
   Stage stage_ = Stage::kText;
-  size_t sent_ = 0;    // bytes of text_ sent (as content or as calls)
+  size_t sent_ = 0;  // bytes of text_ sent (as content or as calls)
   size_t calls_sent_ = 0;
 };
 

@@ -1,13 +1,12 @@
 // OpenAI wire format: SSE framing, stream chunks (chat role chunk, deltas,
 // finish chunk, include_usage chunk) and non-streaming responses.
 
-#include "router/openai_request.h"
-#include "router/openai_response.h"
-
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "router/openai_request.h"
+#include "router/openai_response.h"
 #include "tests/testing/router_test_util.h"
 
 namespace tandem::router {
@@ -180,9 +179,11 @@ TEST_F(BuilderTest, ChatToolCallsNonStreaming) {
 }
 
 TEST_F(BuilderTest, ChatToolCallsOffOrMalformedGiveContent) {
-  const std::string call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>";
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>";
   // tool_choice "none": the tools are shown to the model, the output is text.
-  OpenAiRequest none = Parse(OpenAiEndpoint::kChat, absl::StrCat(kToolRequest, R"(,"tool_choice":"none"})"));
+  OpenAiRequest none =
+      Parse(OpenAiEndpoint::kChat, absl::StrCat(kToolRequest, R"(,"tool_choice":"none"})"));
   EXPECT_FALSE(none.parse_tool_calls);
   EXPECT_EQ(none.gen.tools.size(), 1u);
   // Malformed JSON in the block: content, finish_reason as the engine said.

@@ -293,8 +293,8 @@ TEST_F(RequestTest, ToolsShapes) {
   for (int i = 0; i < 1100; ++i) {
     absl::StrAppend(&wide, i == 0 ? "" : ",", "\"k", i, "\":0");
   }
-  ExpectClientError(Http(OpenAiEndpoint::kChat, hi + R"("tools":[)" + wide + "}}}]}"), 400,
-                    "tools", "more than 1024 members");
+  ExpectClientError(Http(OpenAiEndpoint::kChat, hi + R"("tools":[)" + wide + "}}}]}"), 400, "tools",
+                    "more than 1024 members");
   // stories260K's template (chatml, no tools section) cannot show tools.
   ExpectClientError(Http(OpenAiEndpoint::kChat, hi + R"("tools":[)" + tool + "]}"), 400, "tools",
                     "'tools' is not supported by this model");

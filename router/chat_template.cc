@@ -1,5 +1,6 @@
 #include "router/chat_template.h"
 
+#include <algorithm>
 #include <cctype>
 #include <optional>
 
@@ -40,13 +41,17 @@ constexpr absl::string_view kImEnd = "<|im_end|>";
 
 // The Jinja string literal whose opening quote is at tmpl[quote], its escapes
 // decoded as Jinja (Python) does for the common ones; nullopt when it is not
-// closed.
-std::optional<std::string> JinjaStringLiteral(absl::string_view tmpl, size_t quote) {
+// closed. `*end` (when given) is set past the closing quote.
+std::optional<std::string> JinjaStringLiteral(absl::string_view tmpl, size_t quote,
+                                              size_t* end = nullptr) {
   const char q = tmpl[quote];
   std::string out;
   for (size_t i = quote + 1; i < tmpl.size(); ++i) {
     const char c = tmpl[i];
     if (c == q) {
+      if (end != nullptr) {
+        *end = i + 1;
+      }
       return out;
     }
     if (c != '\\' || i + 1 == tmpl.size()) {
@@ -77,11 +82,61 @@ std::optional<std::string> JinjaStringLiteral(absl::string_view tmpl, size_t quo
   return std::nullopt;
 }
 
+// The string literals inside the template's {{ }} and {% %} tags, in order.
+std::vector<std::string> TagStringLiterals(absl::string_view tmpl) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < tmpl.size()) {
+    const size_t expr = tmpl.find("{{", i);
+    const size_t stmt = tmpl.find("{%", i);
+    const size_t open = std::min(expr, stmt);
+    if (open == absl::string_view::npos) {
+      break;
+    }
+    const absl::string_view close = open == expr ? "}}" : "%}";
+    for (i = open + 2; i < tmpl.size() && tmpl.substr(i, 2) != close;) {
+      if (tmpl[i] != '\'' && tmpl[i] != '"') {
+        ++i;
+        continue;
+      }
+      std::optional<std::string> literal = JinjaStringLiteral(tmpl, i, &i);
+      if (!literal.has_value()) {
+        return out;
+      }
+      out.push_back(*std::move(literal));
+    }
+    i += 2;
+  }
+  return out;
+}
+
+// Qwen2.5's tools section: the literal that opens the list of tools and the
+// one that closes it.
+std::optional<ToolsSection> ReadToolsSection(absl::string_view tmpl) {
+  if (!absl::StrContains(tmpl, "<tool_call>")) {
+    return std::nullopt;
+  }
+  std::optional<std::string> preamble;
+  std::optional<std::string> postamble;
+  for (std::string& literal : TagStringLiterals(tmpl)) {
+    if (!preamble.has_value() && absl::EndsWith(literal, "<tools>")) {
+      preamble = std::move(literal);
+    } else if (!postamble.has_value() && absl::StartsWith(literal, "\n</tools>")) {
+      postamble = std::move(literal);
+    }
+  }
+  if (!preamble.has_value() || !postamble.has_value()) {
+    return std::nullopt;
+  }
+  return ToolsSection{*std::move(preamble), *std::move(postamble)};
+}
+
 }  // namespace
 
 ChatTemplateExtras ReadChatmlExtras(absl::string_view tmpl) {
   ChatTemplateExtras extras;
   extras.tool_responses = absl::StrContains(tmpl, "<tool_response>");
+  extras.tools = ReadToolsSection(tmpl);
   const std::string head = absl::StrCat(kImStart, "system\n");
   for (size_t at = tmpl.find(kImStart); at != absl::string_view::npos;
        at = tmpl.find(kImStart, at + 1)) {
@@ -217,8 +272,9 @@ std::vector<std::string> ChatTemplate::end_of_turn_strings() const {
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> messages,
-                                                 bool add_generation_prompt) const {
-  absl::StatusOr<RenderedPrompt> r = RenderWithRanges(messages, add_generation_prompt);
+                                                 bool add_generation_prompt,
+                                                 absl::Span<const std::string> tools) const {
+  absl::StatusOr<RenderedPrompt> r = RenderWithRanges(messages, add_generation_prompt, tools);
   if (!r.ok()) {
     return r.status();
   }
@@ -226,9 +282,17 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
 }
 
 absl::StatusOr<RenderedPrompt> ChatTemplate::RenderWithRanges(
-    absl::Span<const ChatMessage> messages, bool add_generation_prompt) const {
+    absl::Span<const ChatMessage> messages, bool add_generation_prompt,
+    absl::Span<const std::string> tools) const {
   if (messages.empty()) {
     return InvalidParam("messages", "messages must contain at least one message");
+  }
+  if (!tools.empty() && !extras_.tools.has_value()) {
+    return InvalidParam("tools",
+                        absl::StrCat("'tools' is not supported by this model: its chat template (",
+                                     ChatTemplateFamilyName(family_),
+                                     ") has no tools section (tool calling needs a Hermes-style "
+                                     "template such as Qwen2.5's, with <tools> and <tool_call>)"));
   }
   std::vector<ChatMessage> chat;
   chat.reserve(messages.size());
@@ -257,12 +321,42 @@ absl::StatusOr<RenderedPrompt> ChatTemplate::RenderWithRanges(
     out.append(text.data(), text.size());
   };
   switch (family_) {
-    case ChatTemplateFamily::kChatml:
-      if (extras_.default_system.has_value() && chat.front().role != "system") {
+    case ChatTemplateFamily::kChatml: {
+      const bool opens_with_system = chat.front().role == "system";
+      if (!tools.empty()) {
+        // The system turn: its text (or the default), then the tools.
+        absl::StrAppend(&out, kImStart, "system\n");
+        if (opens_with_system) {
+          content(0, chat.front().content);
+        } else {
+          out += extras_.default_system.value_or("");
+        }
+        out += extras_.tools->preamble;
+        for (const std::string& tool : tools) {
+          absl::StrAppend(&out, "\n", tool);
+        }
+        out += extras_.tools->postamble;
+      } else if (extras_.default_system.has_value() && !opens_with_system) {
         absl::StrAppend(&out, kImStart, "system\n", *extras_.default_system, kImEnd, "\n");
       }
       for (size_t i = 0; i < chat.size(); ++i) {
         const ChatMessage& m = chat[i];
+        if (i == 0 && opens_with_system && !tools.empty()) {
+          continue;  // written with the tools
+        }
+        if (m.role == "assistant" && !m.tool_calls.empty() && extras_.tools.has_value()) {
+          absl::StrAppend(&out, kImStart, "assistant");
+          if (!m.content.empty()) {
+            out += "\n";
+            content(i, m.content);
+          }
+          for (const ToolCall& call : m.tool_calls) {
+            absl::StrAppend(&out, "\n<tool_call>\n{\"name\": \"", call.name,
+                            "\", \"arguments\": ", call.arguments, "}\n</tool_call>");
+          }
+          absl::StrAppend(&out, kImEnd, "\n");
+          continue;
+        }
         if (m.role != "tool") {
           absl::StrAppend(&out, kImStart, m.role, "\n");
           content(i, m.content);
@@ -284,6 +378,7 @@ absl::StatusOr<RenderedPrompt> ChatTemplate::RenderWithRanges(
         absl::StrAppend(&out, kImStart, "assistant\n");
       }
       break;
+    }
 
     case ChatTemplateFamily::kLlama2:
     case ChatTemplateFamily::kLlama2Sys:

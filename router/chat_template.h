@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/engine/tokenizer/tokenizer.h"
+#include "router/tool_calls.h"
 
 namespace tandem::router {
 
@@ -54,6 +55,17 @@ struct ChatMessage {
   std::string role;     // system | user | assistant (developer -> system, tool -> user
                         // unless ChatTemplateExtras::tool_responses)
   std::string content;
+  // An assistant turn's calls (OpenAI tool_calls), written as <tool_call>
+  // blocks by templates with ChatTemplateExtras::tools; others ignore them.
+  std::vector<ToolCall> tool_calls = {};
+};
+
+// How a Hermes-style template (Qwen2.5) shows the request's tools: in the
+// system turn, after its text, `preamble` ("\n\n# Tools\n...<tools>"), each
+// tool as "\n" + its JSON, then `postamble` ("\n</tools>\n...<|im_end|>\n").
+struct ToolsSection {
+  std::string preamble;
+  std::string postamble;
 };
 
 // What a chatml template adds to the plain format, read from its text by
@@ -68,6 +80,9 @@ struct ChatTemplateExtras {
   // user turn, each as "\n<tool_response>\n" + content + "\n</tool_response>".
   // Otherwise a tool message is a user message.
   bool tool_responses = false;
+  // Set when the template shows tools (Qwen2.5's "{%- if tools %}" branch);
+  // assistant tool_calls are then written as <tool_call> blocks.
+  std::optional<ToolsSection> tools;
 };
 
 // The extras of a chatml Jinja template: `default_system` from a string
@@ -108,12 +123,17 @@ class ChatTemplate {
 
   // The prompt text for `messages`, ending with the assistant header when
   // `add_generation_prompt`. BOS is not included (the tokenizer adds it).
-  // InvalidArgument (param "messages") for an empty list or an unknown role.
+  // `tools` are the request's tool definitions, each as the template's
+  // `tojson` writes it (PythonJsonDumps). InvalidArgument (param "messages")
+  // for an empty list or an unknown role; (param "tools") for tools when the
+  // template has no tools section.
   absl::StatusOr<RenderedPrompt> RenderWithRanges(absl::Span<const ChatMessage> messages,
-                                                  bool add_generation_prompt = true) const;
+                                                  bool add_generation_prompt = true,
+                                                  absl::Span<const std::string> tools = {}) const;
   // RenderWithRanges' text alone.
   absl::StatusOr<std::string> Render(absl::Span<const ChatMessage> messages,
-                                     bool add_generation_prompt = true) const;
+                                     bool add_generation_prompt = true,
+                                     absl::Span<const std::string> tools = {}) const;
 
   // Text that ends an assistant turn in this family ("<|im_end|>"), used as
   // an extra stop string so a model whose vocabulary lacks the token still

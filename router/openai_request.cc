@@ -1,5 +1,6 @@
 #include "router/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -7,11 +8,13 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "router/api_error.h"
+#include "router/tool_calls.h"
 
 namespace tandem::router {
 namespace {
 
 using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
 
 absl::Status TypeError(absl::string_view param, absl::string_view want) {
   return InvalidParam(param, absl::StrCat("'", param, "' must be ", want));
@@ -93,6 +96,10 @@ absl::Status ReadString(const json& obj, const char* key, std::optional<std::str
   return absl::OkStatus();
 }
 
+absl::Status Unsupported(absl::string_view param, absl::string_view why) {
+  return InvalidParam(param, absl::StrCat("'", param, "' is not supported", why));
+}
+
 #define TANDEM_RETURN_IF_ERROR(expr) \
   do {                               \
     absl::Status s_ = (expr);        \
@@ -163,6 +170,151 @@ absl::Status ParsePrompt(const json& body, GenerationRequest* g) {
   return TypeError("prompt", "a string, an array of token ids, or a one-element array of those");
 }
 
+// The widest object in `v` (members), so a hostile body cannot make the
+// ordered parse below quadratic: ordered_json looks keys up linearly.
+size_t MaxObjectWidth(const json& v) {
+  size_t widest = v.is_object() ? v.size() : 0;
+  if (v.is_structured()) {
+    for (const json& e : v) {
+      widest = std::max(widest, MaxObjectWidth(e));
+    }
+  }
+  return widest;
+}
+
+constexpr size_t kMaxOrderedObjectWidth = 1024;
+
+absl::Status CheckOrderedWidth(const json& v, absl::string_view param) {
+  if (MaxObjectWidth(v) > kMaxOrderedObjectWidth) {
+    return InvalidParam(param, absl::StrCat("'", param, "' has an object with more than ",
+                                            kMaxOrderedObjectWidth, " members"));
+  }
+  return absl::OkStatus();
+}
+
+// `text` as JSON with its keys in their order (tool definitions and call
+// arguments reach the model as the client wrote them, as in transformers).
+absl::StatusOr<ojson> ParseOrdered(absl::string_view text, absl::string_view param) {
+  const json sorted = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (sorted.is_discarded()) {
+    return InvalidParam(param, absl::StrCat("'", param, "' is not valid JSON"));
+  }
+  TANDEM_RETURN_IF_ERROR(CheckOrderedWidth(sorted, param));
+  return ojson::parse(text.begin(), text.end());
+}
+
+// An assistant message's tool_calls: [{id, type: "function", function: {name,
+// arguments}}]. `arguments` is a JSON string (OpenAI) or object; the template
+// writes it as a JSON value (vLLM parses the string the same way).
+absl::Status ParseMessageToolCalls(const json& message, const std::string& at,
+                                   std::vector<ToolCall>* out) {
+  auto calls = message.find("tool_calls");
+  if (calls == message.end() || calls->is_null()) {
+    return absl::OkStatus();
+  }
+  const std::string param = at + ".tool_calls";
+  if (!calls->is_array()) {
+    return TypeError(param, "an array of tool calls");
+  }
+  for (size_t k = 0; k < calls->size(); ++k) {
+    const json& c = (*calls)[k];
+    const std::string ck = absl::StrCat(param, "[", k, "]");
+    auto fn = c.is_object() ? c.find("function") : c.end();
+    if (!c.is_object() || fn == c.end() || !fn->is_object()) {
+      return InvalidParam(ck, absl::StrCat("'", ck,
+                                           "' must be {\"type\": \"function\", "
+                                           "\"function\": {\"name\", \"arguments\"}}"));
+    }
+    auto name = fn->find("name");
+    if (name == fn->end() || !name->is_string()) {
+      return TypeError(ck + ".function.name", "a string");
+    }
+    ToolCall call{name->get<std::string>(), "{}"};
+    auto args = fn->find("arguments");
+    if (args != fn->end() && args->is_string()) {
+      const std::string param_args = ck + ".function.arguments";
+      absl::StatusOr<ojson> parsed = ParseOrdered(args->get<std::string>(), param_args);
+      if (!parsed.ok()) {
+        return parsed.status();
+      }
+      call.arguments = PythonJsonDumps(*parsed);
+    } else if (args != fn->end() && !args->is_null()) {
+      // An object sent as such: its keys come sorted (the body's parser);
+      // OpenAI clients send a string, whose order is kept.
+      call.arguments = PythonJsonDumps(ojson::parse(args->dump()));
+    }
+    out->push_back(std::move(call));
+  }
+  return absl::OkStatus();
+}
+
+// tools: [{"type": "function", "function": {"name", "description"?,
+// "parameters"?}}], each kept as the template's tojson writes it (keys in the
+// client's order), and tool_choice. vLLM's rules: tool_choice defaults to
+// "auto" with tools; "none" shows the tools but parses no calls; "required"
+// and a named function need guided decoding, which we do not have.
+absl::Status ParseTools(const json& body, absl::string_view body_text, OpenAiRequest* r) {
+  auto tools = body.find("tools");
+  auto choice = body.find("tool_choice");
+  const bool has_tools = tools != body.end() && !tools->is_null();
+  std::string mode = has_tools && !tools->empty() ? "auto" : "none";
+  if (choice != body.end() && !choice->is_null()) {
+    mode = choice->is_string() ? choice->get<std::string>() : "a named function";
+    if (!choice->is_string() || mode == "required") {
+      return Unsupported("tool_choice",
+                         absl::StrCat(" as ", mode,
+                                      ": only \"auto\" and \"none\" (forcing a call needs "
+                                      "guided decoding, which this server does not have)"));
+    }
+    if (mode != "auto" && mode != "none") {
+      return InvalidParam("tool_choice", absl::StrCat("'tool_choice' must be \"auto\" or "
+                                                      "\"none\", got \"",
+                                                      mode, "\""));
+    }
+    if (mode == "auto" && (!has_tools || tools->empty())) {
+      return InvalidParam("tool_choice", "'tool_choice' \"auto\" needs 'tools'");
+    }
+  }
+  if (!has_tools) {
+    return absl::OkStatus();
+  }
+  if (!tools->is_array()) {
+    return TypeError("tools", "an array of {\"type\": \"function\", \"function\": {...}}");
+  }
+  TANDEM_RETURN_IF_ERROR(CheckOrderedWidth(*tools, "tools"));
+  // The body again, in order, keeping only "tools".
+  const ojson ordered = ojson::parse(
+      body_text.begin(), body_text.end(),
+      [](int depth, ojson::parse_event_t event, ojson& parsed) {
+        return !(depth == 1 && event == ojson::parse_event_t::key && parsed != "tools");
+      },
+      /*allow_exceptions=*/false);
+  if (!ordered.is_object() || !ordered.contains("tools") ||
+      ordered["tools"].size() != tools->size()) {
+    return absl::InternalError("tools: the ordered parse disagrees with the body");
+  }
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const ojson& t = ordered["tools"][i];
+    const std::string at = absl::StrCat("tools[", i, "]");
+    auto type = t.is_object() ? t.find("type") : t.end();
+    auto fn = t.is_object() ? t.find("function") : t.end();
+    if (type == t.end() || *type != "function" || fn == t.end() || !fn->is_object()) {
+      return InvalidParam(at, absl::StrCat("'", at,
+                                           "' must be {\"type\": \"function\", "
+                                           "\"function\": {\"name\": ...}}"));
+    }
+    auto name = fn->find("name");
+    if (name == fn->end() || !name->is_string() || name->get<std::string>().empty()) {
+      return InvalidParam(at + ".function.name",
+                          absl::StrCat("'", at, ".function.name' must be a non-empty string"));
+    }
+    r->gen.tools.push_back(PythonJsonDumps(t));
+    r->tool_names.push_back(name->get<std::string>());
+  }
+  r->parse_tool_calls = mode == "auto" && !r->tool_names.empty();
+  return absl::OkStatus();
+}
+
 absl::Status ParseMessages(const json& body, GenerationRequest* g) {
   const json* m = Field(body, "messages");
   if (m == nullptr) {
@@ -211,6 +363,7 @@ absl::Status ParseMessages(const json& body, GenerationRequest* g) {
                           absl::StrCat("'", at, ".content' must be a string or an array of "
                                                 "text parts"));
     }
+    TANDEM_RETURN_IF_ERROR(ParseMessageToolCalls(e, at, &msg.tool_calls));
     out.push_back(std::move(msg));
   }
   g->messages = std::move(out);
@@ -236,10 +389,6 @@ absl::Status ParseStop(const json& body, std::vector<std::string>* out) {
     out->push_back(e.get<std::string>());
   }
   return absl::OkStatus();
-}
-
-absl::Status Unsupported(absl::string_view param, absl::string_view why) {
-  return InvalidParam(param, absl::StrCat("'", param, "' is not supported", why));
 }
 
 }  // namespace
@@ -309,10 +458,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint,
     }
     g.sampling.logprobs = r.chat_logprobs;
     g.logprobs_param = "top_logprobs";
-    const json* tools = Field(body, "tools");
-    if (tools != nullptr && !(tools->is_array() && tools->empty())) {
-      return Unsupported("tools", ": this server has no tool calling");
-    }
+    TANDEM_RETURN_IF_ERROR(ParseTools(body, body_text, &r));
     const json* fmt = Field(body, "response_format");
     if (fmt != nullptr) {
       const json* type = fmt->is_object() ? Field(*fmt, "type") : nullptr;

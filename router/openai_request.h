@@ -6,6 +6,8 @@
 // openai_response.h.
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -24,12 +26,18 @@ struct OpenAiRequest {
   // most likely (-1 = none). Chat: logprobs (bool) + top_logprobs.
   int32_t completion_logprobs = -1;
   bool chat_logprobs = false;
+  // Chat with tools and tool_choice "auto": the output's <tool_call> blocks
+  // become tool_calls (router/tool_calls.h). tool_names: the tools' names.
+  bool parse_tool_calls = false;
+  std::vector<std::string> tool_names;
 };
 
 // Parses a request body. InvalidArgument naming the parameter for malformed
 // JSON (with the byte position), a non-object body, wrong types, missing or
 // empty prompt / messages, unsupported options (echo, suffix, best_of != n,
-// tools, logit_bias, non-text content parts), invalid UTF-8. Limits that need
+// tool_choice "required" or a named function, logit_bias, non-text content
+// parts), malformed tools or tool_calls, invalid UTF-8. Tools the model's
+// template cannot show are refused later, by PrepareRequest. Limits that need
 // the model (lengths, vocabulary, caps) are checked later by PrepareRequest.
 // Defaults follow OpenAI: temperature 1, top_p 1, n 1; completions
 // max_tokens 16; chat max_tokens = the router's default.

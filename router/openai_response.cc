@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::router {
@@ -41,6 +42,30 @@ OpenAiResponseBuilder::OpenAiResponseBuilder(const OpenAiRequest& request, const
                                              std::string id, int64_t created_unix_seconds)
     : request_(request), model_(model), id_(std::move(id)), created_(created_unix_seconds) {
   choices_.resize(std::max(1, request.gen.n));
+  if (request.parse_tool_calls) {
+    for (Choice& c : choices_) {
+      c.tool_stream.emplace(request.tool_names);
+    }
+  }
+}
+
+json OpenAiResponseBuilder::ToolCallsJson(int32_t index, size_t first,
+                                          const std::vector<ToolCall>& calls,
+                                          bool with_index) const {
+  json out = json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    json call;
+    if (with_index) {
+      call["index"] = first + k;
+    }
+    // Unique within the response, whose id is random.
+    call["id"] = absl::StrCat("chatcmpl-tool-", absl::StripPrefix(id_, "chatcmpl-"), "-", index,
+                              "-", first + k);
+    call["type"] = "function";
+    call["function"] = json{{"name", calls[k].name}, {"arguments", calls[k].arguments}};
+    out.push_back(std::move(call));
+  }
+  return out;
 }
 
 std::string OpenAiResponseBuilder::ChunkBase(int32_t index, json delta, json logprobs,
@@ -152,8 +177,23 @@ std::vector<std::string> OpenAiResponseBuilder::OnDelta(const ChoiceDelta& delta
       c.role_sent = true;
       out.push_back(ChunkBase(delta.index, RoleDelta(), nullptr, ""));
     }
-    if (!delta.text.empty() || !logprobs.is_null()) {
-      out.push_back(ChunkBase(delta.index, json{{"content", delta.text}}, logprobs, ""));
+    std::string text = delta.text;
+    std::vector<ToolCall> calls;
+    size_t first_call = 0;
+    if (c.tool_stream.has_value()) {
+      first_call = c.tool_stream->calls_sent();
+      HermesToolStream::Update u = c.tool_stream->Add(delta.text);
+      text = std::move(u.content);
+      calls = std::move(u.calls);
+    }
+    if (!text.empty() || !logprobs.is_null()) {
+      out.push_back(ChunkBase(delta.index, json{{"content", text}}, logprobs, ""));
+    }
+    if (!calls.empty()) {
+      out.push_back(ChunkBase(delta.index,
+                              json{{"tool_calls", ToolCallsJson(delta.index, first_call, calls,
+                                                                /*with_index=*/true)}},
+                              nullptr, ""));
     }
   } else if (!delta.text.empty() || !logprobs.is_null()) {
     out.push_back(ChunkBase(delta.index, delta.text, logprobs, ""));
@@ -168,13 +208,27 @@ std::string OpenAiResponseBuilder::OnChoiceDone(const ChoiceResult& result) {
   Choice& c = choices_[result.index];
   c.finish = result.reason;
   const bool chat = request_.endpoint == OpenAiEndpoint::kChat;
-  const std::string finish = result.reason == FinishReason::kLength ? "length" : "stop";
+  std::string finish = result.reason == FinishReason::kLength ? "length" : "stop";
   if (chat) {
+    json delta = json::object();
     if (!c.role_sent) {
       c.role_sent = true;
-      return ChunkBase(result.index, RoleDelta(), nullptr, finish);
+      delta = RoleDelta();
     }
-    return ChunkBase(result.index, json::object(), nullptr, finish);
+    if (c.tool_stream.has_value() && request_.stream) {
+      const size_t first_call = c.tool_stream->calls_sent();
+      HermesToolStream::Update u = c.tool_stream->Finish();
+      if (!u.content.empty()) {
+        delta["content"] = std::move(u.content);
+      }
+      if (!u.calls.empty()) {
+        delta["tool_calls"] = ToolCallsJson(result.index, first_call, u.calls, /*with_index=*/true);
+      }
+      if (c.tool_stream->calls_sent() > 0) {
+        finish = "tool_calls";  // as vLLM, whatever ended the output
+      }
+    }
+    return ChunkBase(result.index, std::move(delta), nullptr, finish);
   }
   return ChunkBase(result.index, "", nullptr, finish);
 }
@@ -212,7 +266,23 @@ std::string OpenAiResponseBuilder::FinalResponse(const RequestSummary& summary) 
     const Choice& c = choices_[i];
     json choice;
     choice["index"] = i;
-    if (chat) {
+    std::string finish = !c.finish.has_value()                ? ""
+                         : *c.finish == FinishReason::kLength ? "length"
+                                                              : "stop";
+    if (chat && request_.parse_tool_calls) {
+      ParsedToolCalls parsed = ParseHermesToolCalls(c.text, request_.tool_names);
+      json message{{"role", "assistant"},
+                   {"content", parsed.content.has_value() ? json(*parsed.content) : json(nullptr)}};
+      if (!parsed.calls.empty()) {
+        message["tool_calls"] =
+            ToolCallsJson(static_cast<int32_t>(i), 0, parsed.calls, /*with_index=*/false);
+        if (!finish.empty()) {
+          finish = "tool_calls";
+        }
+      }
+      choice["message"] = std::move(message);
+      choice["logprobs"] = request_.chat_logprobs ? ChatLogprobsJson(c, 0) : json(nullptr);
+    } else if (chat) {
       choice["message"] = json{{"role", "assistant"}, {"content", c.text}};
       choice["logprobs"] = request_.chat_logprobs ? ChatLogprobsJson(c, 0) : json(nullptr);
     } else {
@@ -220,9 +290,7 @@ std::string OpenAiResponseBuilder::FinalResponse(const RequestSummary& summary) 
       choice["logprobs"] =
           request_.completion_logprobs >= 0 ? CompletionLogprobsJson(c, 0) : json(nullptr);
     }
-    choice["finish_reason"] =
-        !c.finish.has_value() ? json(nullptr)
-                              : json(*c.finish == FinishReason::kLength ? "length" : "stop");
+    choice["finish_reason"] = finish.empty() ? json(nullptr) : json(finish);
     choices.push_back(std::move(choice));
   }
   resp["choices"] = std::move(choices);

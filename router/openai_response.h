@@ -15,6 +15,7 @@
 #include "router/generation.h"
 #include "router/model_catalog.h"
 #include "router/openai_request.h"
+#include "router/tool_calls.h"
 
 namespace tandem::router {
 
@@ -35,8 +36,14 @@ class OpenAiResponseBuilder {
 
   // Chunks for a text/token delta (chat: the first chunk of a choice also
   // carries the assistant role). May return none when nothing is visible yet.
+  // With request.parse_tool_calls, text that may be a tool call is held back
+  // and each call is sent, whole, once its block is complete:
+  // {"tool_calls": [{"index", "id", "type": "function", "function": {"name",
+  // "arguments"}}]} (vLLM sends the name first and the arguments in pieces;
+  // clients accumulate both forms alike).
   std::vector<std::string> OnDelta(const ChoiceDelta& delta);
-  // The chunk with the choice's finish_reason.
+  // The chunk with the choice's finish_reason ("tool_calls" when the choice
+  // made calls), carrying what was held back.
   std::string OnChoiceDone(const ChoiceResult& result);
   // The stream_options.include_usage chunk: "choices": [] and the usage.
   std::string UsageChunk(const RequestSummary& summary) const;
@@ -49,6 +56,7 @@ class OpenAiResponseBuilder {
   struct Choice {
     std::string text;
     bool role_sent = false;
+    std::optional<HermesToolStream> tool_stream;  // with request.parse_tool_calls
     std::optional<FinishReason> finish;
     // Completions logprobs.
     std::vector<std::string> lp_tokens;
@@ -66,6 +74,9 @@ class OpenAiResponseBuilder {
   nlohmann::json CompletionLogprobsJson(const Choice& c, size_t from) const;
   nlohmann::json ChatLogprobsJson(const Choice& c, size_t from) const;
   nlohmann::json UsageJson(const RequestSummary& s) const;
+  // tool_calls entries for `calls`, the first being the choice's call number `first`.
+  nlohmann::json ToolCallsJson(int32_t index, size_t first, const std::vector<ToolCall>& calls,
+                               bool with_index) const;
 
   const OpenAiRequest& request_;
   const ServedModel& model_;

@@ -122,8 +122,8 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const GenerationRequest& request,
                                            ")"));
         }
       }
-      absl::StatusOr<RenderedPrompt> rendered =
-          m.chat_template().RenderWithRanges(*request.messages);
+      absl::StatusOr<RenderedPrompt> rendered = m.chat_template().RenderWithRanges(
+          *request.messages, /*add_generation_prompt=*/true, request.tools);
       if (!rendered.ok()) {
         return rendered.status();
       }

@@ -26,6 +26,8 @@ struct GenerationRequest {
   std::optional<std::string> prompt_text;
   std::optional<std::vector<int32_t>> prompt_ids;
   std::optional<std::vector<ChatMessage>> messages;
+  // Chat: the tool definitions, each as the chat template's tojson writes it.
+  std::vector<std::string> tools;
   std::optional<int32_t> max_tokens;      // unset = default (capped by the context)
   int32_t n = 1;                          // independent choices
   engine::SamplingParams sampling;                // stop_strings are the client's stop strings

@@ -60,6 +60,12 @@ absl::Status CheckPromptBytes(const GenerationRequest& request, const ModelCatal
     param = "messages";
     for (const ChatMessage& m : *request.messages) {
       bytes += static_cast<int64_t>(m.role.size() + m.content.size());
+      for (const ToolCall& call : m.tool_calls) {
+        bytes += static_cast<int64_t>(call.name.size() + call.arguments.size());
+      }
+    }
+    for (const std::string& tool : request.tools) {  // written into the prompt too
+      bytes += static_cast<int64_t>(tool.size());
     }
   }
   const int64_t max = MaxPromptBytes(limits, **model);

@@ -5,7 +5,8 @@ Starts a colocated worker (tandem-decode --role=colocated) and tandem-router
 on 127.0.0.1 with free ports, then drives the OpenAI-compatible HTTP front
 with the `openai` package: completions and chat completions, streaming and
 not, stream_options.include_usage, n, logprobs, /v1/models, the OpenAI error
-bodies for bad input (400 with message/type/param/code), 429-free recovery
+bodies for bad input (400 with message/type/param/code, tools on a model
+whose template cannot show them), 429-free recovery
 after errors, and an error surfacing mid-stream when the worker is killed.
 
 Usage (ctest runs this):
@@ -290,6 +291,25 @@ def main():
             raise AssertionError("no BadRequestError")
 
         c.run("error: empty messages", chat_error)
+
+        def tools_error():
+            # stories260K's template has no tools section (a Qwen2.5 one does:
+            # TandemUpTest.ChatWithQwen); the client sees a 400 naming `tools`.
+            weather = {"type": "function", "function": {
+                "name": "get_weather", "parameters": {"type": "object", "properties": {}}}}
+            for kwargs, param in (({"tools": [weather]}, "tools"),
+                                  ({"tools": [weather], "tool_choice": "required"}, "tool_choice")):
+                try:
+                    client.chat.completions.create(
+                        model="stories260K", max_tokens=4,
+                        messages=[{"role": "user", "content": "Weather?"}], **kwargs)
+                except openai.BadRequestError as e:
+                    expect(e.body.get("param") == param, e.body)
+                    expect(param in e.body.get("message", ""), e.body)
+                    continue
+                raise AssertionError(f"no BadRequestError for {kwargs}")
+
+        c.run("error: tools on a template without them", tools_error)
 
         def malformed():
             status, body = raw_post(base, "/v1/completions", b'{"prompt": "x", ')

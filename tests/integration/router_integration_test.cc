@@ -14,6 +14,11 @@
 //    prefill) passes `promtool check metrics` with no finding;
 //  - `tandem up` with deploy/local/*.yaml: healthy cluster, a request through
 //    it, a dying worker is reported, SIGTERM stops everything (exit 0);
+//  - `tandem up deploy/local/qwen.yaml` (Qwen2.5-Coder-0.5B-Instruct): a
+//    coding question answered with a Python function; a get_weather tool
+//    call (OpenAI tools), streaming and not; the follow-up with the tool
+//    result answered as content; prompt token counts as transformers renders
+//    and Hugging Face tokenizers counts them (chat_template/reference.json);
 //  - `tandem up deploy/local/secure.yaml` (API keys): 401 + OpenAI body
 //    without / with a wrong key on every HTTP route, 200 with the key, health
 //    public, gRPC UNAUTHENTICATED without the metadata; the router logs the
@@ -40,6 +45,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
@@ -1046,6 +1052,113 @@ TEST(TandemUpTest, ChatWithSmolLm2) {
   EXPECT_EQ(body["choices"][0]["finish_reason"], "stop") << res->body;  // <|im_end|>
   // The GGUF's template: SmolLM2's default system prompt, then the question.
   EXPECT_EQ(body["usage"]["prompt_tokens"], 37) << res->body;
+  p.Signal(SIGTERM);
+  const absl::StatusOr<int> exit_code = p.Wait(absl::Seconds(60));
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status() << "\n" << p.Tail();
+  EXPECT_EQ(*exit_code, 0) << p.Tail();
+}
+
+// deploy/local/qwen.yaml as written: Qwen2.5-Coder-0.5B-Instruct from the
+// model cache. The requests and their prompt token counts come from
+// tests/reference/gen_chat_templates.py (transformers' rendering, HF
+// tokenizers' count), not from our own output; the answers are greedy.
+TEST(TandemUpTest, ChatWithQwen) {
+  std::ifstream ref_in(testing::RequireTestDataFile("chat_template/reference.json"));
+  std::stringstream ref_text;
+  ref_text << ref_in.rdbuf();
+  const json ref = json::parse(ref_text.str());
+  std::map<std::string, json> cases;
+  for (const json& m : ref["models"]) {
+    for (const json& c : m.value("cluster_cases", json::array())) {
+      cases[c["name"]] = c;
+    }
+  }
+  ASSERT_EQ(cases.size(), 3u);
+  // A reference request with the test's sampling settings (keys kept in
+  // order: the tools reach the model as written).
+  auto body = [&](const std::string& name, bool stream) {
+    nlohmann::ordered_json b =
+        nlohmann::ordered_json::parse(cases[name]["request"].get<std::string>());
+    b["model"] = "qwen2.5-coder-0.5b-instruct";
+    b["temperature"] = 0;
+    b["max_tokens"] = 64;
+    b["stream"] = stream;
+    return b.dump();
+  };
+  const std::string config = absl::StrCat(TANDEM_SOURCE_DIR, "/deploy/local/qwen.yaml");
+  absl::StatusOr<std::unique_ptr<ChildProcess>> up = StartUp(config);
+  ASSERT_TRUE(up.ok()) << up.status();
+  ChildProcess& p = **up;
+  const std::vector<UpProcess> procs = UpProcesses(p.output());
+  ASSERT_EQ(procs.size(), 3u) << p.output();
+  httplib::Client cli = ClientFor(procs[0].http_address, 120);
+
+  // A coding question: a Python function, ended by <|im_end|>.
+  auto res = cli.Post("/v1/chat/completions", body("code", false), "application/json");
+  ASSERT_TRUE(res) << p.Tail();
+  ASSERT_EQ(res->status, 200) << res->body;
+  json r = json::parse(res->body);
+  const std::string code = r["choices"][0]["message"]["content"];
+  EXPECT_THAT(code, HasSubstr("def is_even(n)")) << res->body;
+  EXPECT_THAT(code, HasSubstr("return")) << res->body;
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << res->body;
+  EXPECT_EQ(r["usage"]["prompt_tokens"], cases["code"]["prompt_tokens"]) << res->body;
+
+  // A tool: the model calls it.
+  res = cli.Post("/v1/chat/completions", body("weather_call", false), "application/json");
+  ASSERT_TRUE(res) << p.Tail();
+  ASSERT_EQ(res->status, 200) << res->body;
+  r = json::parse(res->body);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << res->body;
+  EXPECT_TRUE(r["choices"][0]["message"]["content"].is_null()) << res->body;
+  ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << res->body;
+  const json& call = r["choices"][0]["message"]["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_THAT(call["id"].get<std::string>(), ::testing::StartsWith("chatcmpl-tool-"));
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>()),
+            json({{"city", "Paris"}}))
+      << res->body;
+  EXPECT_EQ(r["usage"]["prompt_tokens"], cases["weather_call"]["prompt_tokens"]) << res->body;
+
+  // The same, streamed: one tool_calls delta, finish_reason tool_calls.
+  res = cli.Post("/v1/chat/completions", body("weather_call", true), "application/json");
+  ASSERT_TRUE(res) << p.Tail();
+  ASSERT_EQ(res->status, 200) << res->body;
+  std::vector<json> deltas;
+  std::string finish;
+  for (const std::string& data : testing::SseData(res->body)) {
+    if (data == "[DONE]") {
+      continue;
+    }
+    const json chunk = json::parse(data);
+    for (const json& c : chunk["choices"]) {
+      if (c["delta"].contains("tool_calls")) {
+        deltas.push_back(c["delta"]["tool_calls"]);
+      }
+      if (!c["finish_reason"].is_null()) {
+        finish = c["finish_reason"];
+      }
+    }
+  }
+  ASSERT_EQ(deltas.size(), 1u) << res->body;
+  EXPECT_EQ(deltas[0][0]["index"], 0) << res->body;
+  EXPECT_EQ(deltas[0][0]["function"]["name"], "get_weather") << res->body;
+  EXPECT_EQ(deltas[0][0]["function"]["arguments"], call["function"]["arguments"]) << res->body;
+  EXPECT_EQ(finish, "tool_calls") << res->body;
+
+  // The tool's result: the answer is content, no further call. (The 0.5B
+  // echoes the call and the result rather than writing a sentence.)
+  res = cli.Post("/v1/chat/completions", body("weather_answer", false), "application/json");
+  ASSERT_TRUE(res) << p.Tail();
+  ASSERT_EQ(res->status, 200) << res->body;
+  r = json::parse(res->body);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << res->body;
+  EXPECT_FALSE(r["choices"][0]["message"].contains("tool_calls")) << res->body;
+  EXPECT_THAT(r["choices"][0]["message"]["content"].get<std::string>(), HasSubstr("sunny"))
+      << res->body;
+  EXPECT_EQ(r["usage"]["prompt_tokens"], cases["weather_answer"]["prompt_tokens"]) << res->body;
+
   p.Signal(SIGTERM);
   const absl::StatusOr<int> exit_code = p.Wait(absl::Seconds(60));
   ASSERT_TRUE(exit_code.ok()) << exit_code.status() << "\n" << p.Tail();

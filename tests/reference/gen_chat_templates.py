@@ -31,6 +31,7 @@ from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gen_tokenizer_vectors  # noqa: E402
 import real_models  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -111,6 +112,111 @@ QWEN_EXTRA = [
 ]
 
 
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather",
+    "description": "Get the current weather in a given city",
+    "parameters": {"type": "object",
+                   "properties": {"city": {"type": "string", "description": "The city name"}},
+                   "required": ["city"]}}}
+# Keys deliberately out of alphabetical order, non-ASCII, numbers of each kind.
+CONVERT = {"type": "function", "function": {
+    "name": "convert_currency",
+    "parameters": {"type": "object",
+                   "properties": {"amount": {"type": "number", "minimum": 0.01, "default": 1.0},
+                                  "to": {"type": "string", "enum": ["EUR", "JPY", "¥ yen"]},
+                                  "round": {"type": "boolean", "default": True},
+                                  "precision": {"type": "integer", "default": 2},
+                                  "note": {"type": ["string", "null"], "default": None}},
+                   "required": ["amount", "to"]},
+    "description": "Convert money — «quotes\" and \\ backslashes\n»"}}
+
+
+def call(cid, name, arguments):
+    """An assistant tool call as OpenAI clients send it: arguments as a JSON string."""
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def tool_msg(cid, content):
+    return {"role": "tool", "tool_call_id": cid, "content": content}
+
+
+# Qwen2.5's tools branch: (name, tools, messages in the OpenAI wire form,
+# add_generation_prompt). Rendered from the request body, as the router does.
+QWEN_TOOLS = [
+    ("tools_single_user", [WEATHER], [msg("user", "What is the weather in Paris?")], True),
+    ("tools_system_two_tools", [WEATHER, CONVERT], [
+        msg("system", "You are a travel agent."),
+        msg("user", "100 dollars in yen, and the weather in Tokyo?"),
+    ], True),
+    ("tools_full_round", [WEATHER], [
+        msg("user", "What is the weather in Paris?"),
+        {"role": "assistant", "content": None,
+         "tool_calls": [call("call_1", "get_weather", "{\"city\": \"Paris\"}")]},
+        tool_msg("call_1", "{\"temperature\": 21, \"condition\": \"sunny\"}"),
+    ], True),
+    ("tools_two_calls_with_content", [WEATHER, CONVERT], [
+        msg("system", "Be brief."),
+        msg("user", "Weather in Rome and Oslo?"),
+        {"role": "assistant", "content": "Let me check both.",
+         "tool_calls": [call("a", "get_weather", "{\"city\":\"Rome\"}"),
+                        call("b", "get_weather", "{ \"city\" : \"Oslo\", \"unit\": [1, 2.5, true, null] }")]},
+        tool_msg("a", "25 C"),
+        tool_msg("b", "3 C"),
+        msg("assistant", "Rome 25 C, Oslo 3 C."),
+        msg("user", "Convert 5 to ¥"),
+        {"role": "assistant", "content": "",
+         "tool_calls": [call("c", "convert_currency",
+                             "{\"to\": \"¥ yen\", \"amount\": 5, \"note\": \"a \\\"q\\\"\\n\"}")]},
+    ], False),
+    ("tool_calls_without_tools", [], [
+        msg("user", "Weather?"),
+        {"role": "assistant", "content": None,
+         "tool_calls": [call("x", "get_weather", "{\"city\": \"Lima\"}")]},
+        tool_msg("x", "18 C"),
+    ], True),
+]
+
+# The requests tests/integration/router_integration_test.cc (TandemUpTest.
+# ChatWithQwen) sends through the cluster: the prompt transformers renders and
+# its token count with Hugging Face tokenizers built from the same GGUF
+# (gen_tokenizer_vectors.build_tokenizers), for usage.prompt_tokens.
+CLUSTER = [
+    ("code", [], [msg("user", "Write a Python function is_even(n). Reply with code only.")]),
+    ("weather_call", [WEATHER], [msg("user", "Call the get_weather tool for Paris.")]),
+    ("weather_answer", [WEATHER], [
+        msg("user", "Call the get_weather tool for Paris."),
+        {"role": "assistant", "content": None,
+         "tool_calls": [call("call_1", "get_weather", "{\"city\": \"Paris\"}")]},
+        tool_msg("call_1", "{\"city\": \"Paris\", \"temperature_c\": 21, \"condition\": \"sunny\"}"),
+    ]),
+]
+
+
+def for_transformers(messages):
+    """vLLM's step before apply_chat_template: tool call arguments as objects."""
+    out = []
+    for m in messages:
+        m = dict(m)
+        if m.get("tool_calls"):
+            m["tool_calls"] = [{**c, "function": {**c["function"],
+                                                  "arguments": json.loads(c["function"]["arguments"])}}
+                               for c in m["tool_calls"]]
+        out.append(m)
+    return out
+
+
+def render(tok, tools, messages, gen):
+    return tok.apply_chat_template(for_transformers(messages), tools=tools or None, tokenize=False,
+                                   add_generation_prompt=gen)
+
+
+def request_body(tools, messages):
+    body = {"messages": messages}
+    if tools:
+        body["tools"] = tools
+    return json.dumps(body, ensure_ascii=False)
+
+
 def field(reader, key):
     f = reader.fields.get(key)
     return None if f is None else f.contents()
@@ -136,7 +242,7 @@ def model_entry(m):
         text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
         cases.append({"name": name, "add_generation_prompt": gen, "messages": messages,
                       "expected": text})
-    return {
+    entry = {
         "name": m["name"],
         "file": spec["file"],
         "sha256": spec["sha256"],
@@ -146,6 +252,20 @@ def model_entry(m):
         "chat_template": template,
         "cases": cases,
     }
+    if m["name"].startswith("Qwen"):
+        entry["tool_cases"] = [
+            {"name": name, "add_generation_prompt": gen, "request": request_body(tools, messages),
+             "expected": render(tok, tools, messages, gen)}
+            for name, tools, messages, gen in QWEN_TOOLS]
+        reference, _ = gen_tokenizer_vectors.build_tokenizers(path)
+        cluster = []
+        for name, tools, messages in CLUSTER:
+            text = render(tok, tools, messages, True)
+            cluster.append({"name": name, "request": request_body(tools, messages),
+                            "expected": text,
+                            "prompt_tokens": len(gen_tokenizer_vectors.encode(reference, text, True))})
+        entry["cluster_cases"] = cluster
+    return entry
 
 
 def main():

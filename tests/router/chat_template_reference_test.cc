@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "router/chat_template.h"
+#include "router/openai_request.h"
 #include "tests/testing/test_paths.h"
 
 namespace tandem::router {
@@ -85,6 +86,36 @@ INSTANTIATE_TEST_SUITE_P(RealModels, ModelTemplateTest,
                            }
                            return name;
                          });
+
+// Qwen2.5's tools branch: each request body (tools and messages in the OpenAI
+// wire form, assistant tool_calls with arguments as JSON strings) goes
+// through ParseOpenAiRequest and the template, as in the router, and must
+// give transformers' rendering (which got the arguments parsed, as vLLM
+// passes them).
+TEST(ModelTemplateTest, QwenToolsRenderAsTransformers) {
+  const json* model = FindModel("Qwen2.5-Coder-0.5B-Instruct");
+  ASSERT_NE(model, nullptr);
+  absl::StatusOr<ChatTemplate> t =
+      ChatTemplate::Resolve("", (*model)["chat_template"].get<std::string>(), nullptr);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(t->extras().tools.has_value());
+  std::vector<json> cases;
+  for (const char* group : {"tool_cases", "cluster_cases"}) {
+    for (const json& c : (*model)[group]) {
+      cases.push_back(c);
+    }
+  }
+  EXPECT_EQ(cases.size(), 8u);
+  for (const json& c : cases) {
+    absl::StatusOr<OpenAiRequest> r =
+        ParseOpenAiRequest(OpenAiEndpoint::kChat, c["request"].get<std::string>());
+    ASSERT_TRUE(r.ok()) << c["name"] << ": " << r.status();
+    absl::StatusOr<std::string> out =
+        t->Render(*r->gen.messages, c.value("add_generation_prompt", true), r->gen.tools);
+    ASSERT_TRUE(out.ok()) << c["name"] << ": " << out.status();
+    EXPECT_EQ(*out, c["expected"].get<std::string>()) << c["name"];
+  }
+}
 
 TEST(ChatmlExtrasTest, DefaultSystemPrompts) {
   EXPECT_EQ(

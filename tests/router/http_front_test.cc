@@ -311,6 +311,15 @@ TEST(HttpFrontTest, PromptOverMaxPromptBytesIsRefusedOnBothFronts) {
            json{{"messages", {{{"role", "user"}, {"content", std::string(997, 'a')}}}}}.dump()));
   ExpectOpenAiError(chat, 400, "the messages are 1001 bytes");
   EXPECT_EQ(json::parse(chat.body)["error"]["param"], "messages");
+  // Tools are written into the prompt: they count. 5 message bytes + the
+  // tool as the template writes it (66 bytes around the description).
+  json tool = {{"type", "function"},
+               {"function", {{"name", "f"}, {"description", std::string(930, 'a')}}}};
+  RawResponse tools = Exchange(
+      h->http_port(),
+      Post("/v1/chat/completions",
+           json{{"messages", {{{"role", "user"}, {"content", "a"}}}}, {"tools", {tool}}}.dump()));
+  ExpectOpenAiError(tools, 400, "the messages are 1001 bytes");
   // gRPC goes through the same Router::Prepare.
   v1::GenerateRequest req;
   req.set_text(std::string(1001, 'a'));

@@ -1,12 +1,12 @@
 // OpenAI wire format: SSE framing, stream chunks (chat role chunk, deltas,
 // finish chunk, include_usage chunk) and non-streaming responses.
 
-#include "router/openai_request.h"
-#include "router/openai_response.h"
-
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "router/openai_request.h"
+#include "router/openai_response.h"
 #include "tests/testing/router_test_util.h"
 
 namespace tandem::router {
@@ -151,6 +151,80 @@ TEST_F(BuilderTest, ChatFinishWithoutContentStillSendsRole) {
   json fin = json::parse(b.OnChoiceDone({0, FinishReason::kStop, 1}));
   EXPECT_EQ(fin["choices"][0]["delta"]["role"], "assistant");
   EXPECT_EQ(fin["choices"][0]["finish_reason"], "stop");
+}
+
+constexpr char kToolRequest[] =
+    R"({"messages":[{"role":"user","content":"Weather in Paris?"}],)"
+    R"("tools":[{"type":"function","function":{"name":"get_weather","parameters":{}}}])";
+
+TEST_F(BuilderTest, ChatToolCallsNonStreaming) {
+  OpenAiRequest req = Parse(OpenAiEndpoint::kChat, absl::StrCat(kToolRequest, "}"));
+  EXPECT_TRUE(req.parse_tool_calls);  // tool_choice defaults to "auto"
+  EXPECT_EQ(req.tool_names, std::vector<std::string>{"get_weather"});
+  OpenAiResponseBuilder b(req, model(), "chatcmpl-7", 1);
+  b.OnDelta(Delta(0, "Checking.\n<tool_call>\n{\"name\": \"get_weather\", "));
+  b.OnDelta(Delta(0, "\"arguments\": {\"city\":\"Paris\"}}\n</tool_call>"));
+  b.OnChoiceDone({0, FinishReason::kStop, 20});
+  json r = json::parse(b.FinalResponse(Summary(5, 20)));
+  const json& choice = r["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["message"]["content"], "Checking.\n");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+  const json& call = choice["message"]["tool_calls"][0];
+  EXPECT_EQ(call["id"], "chatcmpl-tool-7-0-0");
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(call["function"]["arguments"], "{\"city\": \"Paris\"}");
+  EXPECT_FALSE(call.contains("index"));
+}
+
+TEST_F(BuilderTest, ChatToolCallsOffOrMalformedGiveContent) {
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>";
+  // tool_choice "none": the tools are shown to the model, the output is text.
+  OpenAiRequest none =
+      Parse(OpenAiEndpoint::kChat, absl::StrCat(kToolRequest, R"(,"tool_choice":"none"})"));
+  EXPECT_FALSE(none.parse_tool_calls);
+  EXPECT_EQ(none.gen.tools.size(), 1u);
+  // Malformed JSON in the block: content, finish_reason as the engine said.
+  OpenAiRequest with = Parse(OpenAiEndpoint::kChat, absl::StrCat(kToolRequest, "}"));
+  for (const auto& [req, text] : {std::pair<const OpenAiRequest*, std::string>{&none, call},
+                                  {&with, "<tool_call>\n{\"name\": \"get_weather\", \"arg"}}) {
+    OpenAiResponseBuilder b(*req, model(), "chatcmpl-8", 1);
+    b.OnDelta(Delta(0, text));
+    b.OnChoiceDone({0, FinishReason::kLength, 9});
+    json r = json::parse(b.FinalResponse(Summary(5, 9)));
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(r["choices"][0]["message"]["content"], text);
+    EXPECT_FALSE(r["choices"][0]["message"].contains("tool_calls"));
+  }
+}
+
+TEST_F(BuilderTest, ChatToolCallsStreaming) {
+  OpenAiRequest req =
+      Parse(OpenAiEndpoint::kChat, absl::StrCat(kToolRequest, R"(,"stream":true})"));
+  OpenAiResponseBuilder b(req, model(), "chatcmpl-9", 1);
+  std::vector<std::string> chunks = b.OnDelta(Delta(0, "Sure.<tool_call>\n{\"name\": \"a\", "));
+  ASSERT_EQ(chunks.size(), 2u);  // role, then the text before the call
+  EXPECT_EQ(json::parse(chunks[1])["choices"][0]["delta"]["content"], "Sure.");
+  // The first call is sent when its block closes.
+  chunks = b.OnDelta(Delta(0, "\"arguments\": {\"x\": 1}}\n</tool_call>\n<tool_call>\n"));
+  ASSERT_EQ(chunks.size(), 1u);
+  json delta = json::parse(chunks[0])["choices"][0]["delta"];
+  EXPECT_FALSE(delta.contains("content"));
+  ASSERT_EQ(delta["tool_calls"].size(), 1u);
+  EXPECT_EQ(delta["tool_calls"][0]["index"], 0);
+  EXPECT_EQ(delta["tool_calls"][0]["id"], "chatcmpl-tool-9-0-0");
+  EXPECT_EQ(delta["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(delta["tool_calls"][0]["function"]["name"], "a");
+  EXPECT_EQ(delta["tool_calls"][0]["function"]["arguments"], "{\"x\": 1}");
+  // The second, unterminated at the end of the output, comes with the finish.
+  EXPECT_TRUE(b.OnDelta(Delta(0, "{\"name\": \"b\", \"arguments\": {}}")).empty());
+  json fin = json::parse(b.OnChoiceDone({0, FinishReason::kStop, 30}));
+  EXPECT_EQ(fin["choices"][0]["finish_reason"], "tool_calls");
+  ASSERT_EQ(fin["choices"][0]["delta"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(fin["choices"][0]["delta"]["tool_calls"][0]["index"], 1);
+  EXPECT_EQ(fin["choices"][0]["delta"]["tool_calls"][0]["function"]["name"], "b");
 }
 
 TEST(ModelListTest, ListsServedModels) {

@@ -4,6 +4,7 @@
 
 #include "router/request.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/base/utf8.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -256,10 +257,50 @@ TEST_F(RequestTest, ChatShapes) {
                    R"({"messages":[{"role":"system","content":"Be brief."},)"
                    R"({"role":"user","content":[{"type":"text","text":"Hi"}]}]})")
                   .ok());
+}
+
+TEST_F(RequestTest, ToolsShapes) {
+  const std::string hi = R"({"messages":[{"role":"user","content":"Hi"}],)";
+  const std::string tool = R"({"type":"function","function":{"name":"f"}})";
+  ExpectClientError(Http(OpenAiEndpoint::kChat, hi + R"("tools":[{"type":"function"}]})"), 400,
+                    "tools[0]", "must be {\"type\": \"function\"");
+  ExpectClientError(
+      Http(OpenAiEndpoint::kChat, hi + R"("tools":[{"type":"function","function":{}}]})"), 400,
+      "tools[0].function.name", "non-empty string");
+  ExpectClientError(Http(OpenAiEndpoint::kChat, hi + R"("tools":{}})"), 400, "tools",
+                    "must be an array");
+  // vLLM's tool_choice values we cannot honour without guided decoding.
+  ExpectClientError(
+      Http(OpenAiEndpoint::kChat, hi + R"("tools":[)" + tool + R"(],"tool_choice":"required"})"),
+      400, "tool_choice", "guided decoding");
+  ExpectClientError(Http(OpenAiEndpoint::kChat,
+                         hi + R"("tools":[)" + tool +
+                             R"(],"tool_choice":{"type":"function","function":{"name":"f"}}})"),
+                    400, "tool_choice", "guided decoding");
+  ExpectClientError(
+      Http(OpenAiEndpoint::kChat, hi + R"("tools":[)" + tool + R"(],"tool_choice":"any"})"), 400,
+      "tool_choice", "got \"any\"");
+  ExpectClientError(Http(OpenAiEndpoint::kChat, hi + R"("tool_choice":"auto"})"), 400,
+                    "tool_choice", "needs 'tools'");
+  // An assistant turn's tool call arguments must be JSON.
   ExpectClientError(
       Http(OpenAiEndpoint::kChat,
-           R"({"messages":[{"role":"user","content":"Hi"}],"tools":[{"type":"function"}]})"),
-      400, "tools", "not supported");
+           R"({"messages":[{"role":"user","content":"Hi"},{"role":"assistant","tool_calls":)"
+           R"([{"type":"function","function":{"name":"f","arguments":"{oops"}}]}]})"),
+      400, "messages[1].tool_calls[0].function.arguments", "not valid JSON");
+  // A hostile tool definition cannot make the ordered parse quadratic.
+  std::string wide = R"({"type":"function","function":{"name":"f","parameters":{)";
+  for (int i = 0; i < 1100; ++i) {
+    absl::StrAppend(&wide, i == 0 ? "" : ",", "\"k", i, "\":0");
+  }
+  ExpectClientError(Http(OpenAiEndpoint::kChat, hi + R"("tools":[)" + wide + "}}}]}"), 400, "tools",
+                    "more than 1024 members");
+  // stories260K's template (chatml, no tools section) cannot show tools.
+  ExpectClientError(Http(OpenAiEndpoint::kChat, hi + R"("tools":[)" + tool + "]}"), 400, "tools",
+                    "'tools' is not supported by this model");
+  // Empty tools, or tool_choice "none" alone, are no tools.
+  EXPECT_TRUE(Http(OpenAiEndpoint::kChat, hi + R"("tools":[]})").ok());
+  EXPECT_TRUE(Http(OpenAiEndpoint::kChat, hi + R"("tool_choice":"none"})").ok());
 }
 
 TEST_F(RequestTest, StopStrings) {

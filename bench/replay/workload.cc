@@ -148,6 +148,11 @@ absl::StatusOr<Workload> BuildWorkload(const WorkloadOptions& options,
 
   // Its own stream, so the choice of repeats does not move the arrivals.
   std::mt19937_64 rng(options.seed ^ 0x5eed'0f'9e'7a'11ull);
+  // The seed also moves the text: each hash id's block and each request's
+  // own text come from other corpus positions under another seed, so a rerun
+  // with a new seed against a kept server finds nothing of the last run in
+  // its prefix cache. Seed 0 is the unsalted text.
+  const uint64_t text_salt = options.seed * 0x9e37'79b9'7f4a'7c15ull;
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   std::vector<int64_t> originals;  // indices of kind "trace"
   Workload workload;
@@ -182,9 +187,15 @@ absl::StatusOr<Workload> BuildWorkload(const WorkloadOptions& options,
         request.prompt_tokens = prompt.tokens;
       }
     } else {
-      static const std::vector<uint64_t> kNoHashes;
-      const std::vector<uint64_t>& hashes = row != nullptr ? row->hash_ids : kNoHashes;
-      auto prompt = synthesizer->Compose(hashes, options.hash_block_tokens, input, request.id);
+      std::vector<uint64_t> hashes;
+      if (row != nullptr) {
+        hashes = row->hash_ids;
+        for (uint64_t& h : hashes) {
+          h ^= text_salt;  // one-to-one: equal ids stay equal, distinct stay distinct
+        }
+      }
+      auto prompt = synthesizer->Compose(hashes, options.hash_block_tokens, input,
+                                         request.id + static_cast<int64_t>(text_salt >> 24));
       if (!prompt.ok()) {
         return base::Annotate(prompt.status(),
                               absl::StrCat("request ", request.id, " (trace line ",

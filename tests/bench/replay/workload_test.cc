@@ -98,8 +98,12 @@ TEST(WorkloadTest, AzureTraceWindowSpeedupAndLengths) {
   EXPECT_LT(workload.requests.back().send_at_s, 10);
 }
 
-TEST(WorkloadTest, MooncakeHashIdsBecomeSharedPrefixes) {
+class MooncakeSeedTest : public ::testing::TestWithParam<uint64_t> {};
+
+// Under any seed (seed 0: the unsalted text).
+TEST_P(MooncakeSeedTest, HashIdsBecomeSharedPrefixes) {
   WorkloadOptions options;
+  options.seed = GetParam();
   options.trace_path = RequireSharedFile(kMooncakeConversation);
   options.max_requests = 40;
   options.input_scale = 1.0 / 32;  // 512-token blocks -> 16
@@ -144,6 +148,45 @@ TEST(WorkloadTest, MooncakeHashIdsBecomeSharedPrefixes) {
   }
   // Every conversation row starts with hash id 0 (the system prompt).
   EXPECT_GT(shared_pairs, 700);
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, MooncakeSeedTest, ::testing::Values(0, 7));
+
+// The same seed gives the same prompts; another seed shares no block and no
+// request text with it (a kept server's prefix cache finds nothing of the
+// other run beyond a few tokens).
+TEST(WorkloadTest, SeedMovesThePromptText) {
+  const auto build = [](uint64_t seed) {
+    WorkloadOptions options;
+    options.trace_path = RequireSharedFile(kMooncakeConversation);
+    options.max_requests = 12;
+    options.input_scale = 1.0 / 32;
+    options.hash_block_tokens = 16;
+    options.prompt_source = RequireSharedFile(kShareGpt);
+    options.seed = seed;
+    absl::StatusOr<Workload> w = BuildWorkload(options, Stories());
+    EXPECT_TRUE(w.ok()) << w.status();
+    return w.ok() ? *w : Workload{};
+  };
+  const Workload a = build(3);
+  const Workload again = build(3);
+  const Workload b = build(4);
+  ASSERT_EQ(a.requests.size(), 12u);
+  ASSERT_EQ(b.requests.size(), 12u);
+  for (size_t i = 0; i < 12; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(a.requests[i].prompt, again.requests[i].prompt);
+    EXPECT_EQ(a.requests[i].prompt_tokens, b.requests[i].prompt_tokens);
+    const std::vector<engine::TokenId> ta = Encode(a.requests[i].prompt);
+    for (size_t j = 0; j < 12; ++j) {
+      const std::vector<engine::TokenId> tb = Encode(b.requests[j].prompt);
+      size_t common = 0;
+      while (common < std::min(ta.size(), tb.size()) && ta[common] == tb[common]) {
+        ++common;
+      }
+      EXPECT_LT(common, 16u) << "seed 3 request " << i << " vs seed 4 request " << j;
+    }
+  }
 }
 
 TEST(WorkloadTest, PoissonWithRepeatsAndParaphrases) {

@@ -15,8 +15,9 @@ ratios that locate the saturation point:
                memory-bound (every sequence rides on the same weight read);
   T(2b)/T(b)   what doubling the batch costs: -> 2 once it is compute-bound.
 
-The saturation batch is the smallest b whose doubling costs >= 1.5x
-(T(2b)/T(b) >= 1.5: more than half the step is per-sequence work). `--cpu`
+The saturation batch is given two ways: the smallest b from which every
+doubling costs >= 1.5x (T(2b)/T(b) >= 1.5: most of the step is per-sequence
+work), and the knee a/c of the line T(b) = a + c*b fitted to batches >= 32. `--cpu`
 uses CPU time per step instead of wall time (for a loaded machine, 1 thread).
 Python: any python3 (standard library only).
 """
@@ -58,11 +59,28 @@ def load(paths, metric):
 
 
 def saturation(times):
+    """Smallest b from which every doubling of the batch costs >= 1.5x."""
     batches = sorted(times)
-    for b in batches:
-        if 2 * b in times and times[2 * b] / times[b] >= 1.5:
+    doublings = [b for b in batches if 2 * b in times]
+    for i, b in enumerate(doublings):
+        if all(times[2 * d] / times[d] >= 1.5 for d in doublings[i:]):
             return b
     return None
+
+
+def knee(times):
+    """Roofline knee a / c of the line T(b) = a + c*b fitted (least squares) to
+    the batches >= 32: a is what a step costs whatever the batch (reading the
+    weights), c what each sequence adds; past a / c sequences, per-sequence
+    work is most of the step."""
+    points = [(b, t) for b, t in times.items() if b >= 32]
+    if len(points) < 2:
+        return None
+    mb = sum(b for b, _ in points) / len(points)
+    mt = sum(t for _, t in points) / len(points)
+    c = sum((b - mb) * (t - mt) for b, t in points) / sum((b - mb) ** 2 for b, _ in points)
+    a = mt - c * mb
+    return (a, c) if c > 0 and a > 0 else None
 
 
 def main():
@@ -78,9 +96,11 @@ def main():
           ", ".join(f"{t} thread(s) {bw:.1f} GB/s" for t, bw in sorted(bandwidth.items())))
     for (model, threads), best in sorted(table.items()):
         times = {b: r[metric] for b, r in best.items()}
-        sat = saturation(times)
+        sat, fit = saturation(times), knee(times)
+        fit_text = (f"T(b) = {fit[0]:.1f} + {fit[1]:.2f} b ms, knee a/c = {fit[0] / fit[1]:.0f}"
+                    if fit else "no linear part")
         print(f"\n{model}, {threads} thread(s), {best[min(best)]['weights_MB']:.0f} MB of weights;"
-              f" saturation batch ({metric}): {sat if sat else 'not reached'}\n")
+              f" by {metric}: doubling >= 1.5x from batch {sat if sat else '(never)'}; {fit_text}\n")
         print("| batch | ms/step | CPU ms/step | cores | floor ms | KV MB | tok/s | "
               "T(b)/T(1) | T(2b)/T(b) | GOP/s |")
         print("|---|---|---|---|---|---|---|---|---|---|")

@@ -76,10 +76,17 @@ fi
 actual=$(sha256sum "$ROOT/$SDIST" | cut -d' ' -f1)
 [ "$actual" = "$SDIST_SHA256" ] || die "$ROOT/$SDIST has SHA-256 $actual, want $SDIST_SHA256"
 
-rm -rf "${ROOT:?}/src" "${ROOT:?}/bin"
-mkdir -p "$ROOT/src" "$ROOT/bin"
-tar -xzf "$ROOT/$SDIST" -C "$ROOT/src" --strip-components=3 \
-  "llama_cpp_python-$VERSION/vendor/llama.cpp" || die "$SDIST has no vendor/llama.cpp"
+# Unpack once: sources already unpacked from this sdist keep their mtimes, so
+# an interrupted build resumes where it stopped.
+if [ "$(cat "$ROOT/src/.unpacked" 2>/dev/null)" != "$SDIST_SHA256" ]; then
+  rm -rf "${ROOT:?}/src" "${ROOT:?}/build"
+  mkdir -p "$ROOT/src"
+  tar -xzf "$ROOT/$SDIST" -C "$ROOT/src" --strip-components=3 \
+    "llama_cpp_python-$VERSION/vendor/llama.cpp" || die "$SDIST has no vendor/llama.cpp"
+  echo "$SDIST_SHA256" >"$ROOT/src/.unpacked"
+fi
+rm -rf "${ROOT:?}/bin"
+mkdir -p "$ROOT/bin"
 
 start=$(date +%s)
 nice -n 19 cmake -S "$ROOT/src" -B "$ROOT/build" "${generator[@]}" \
@@ -88,8 +95,13 @@ nice -n 19 cmake -S "$ROOT/src" -B "$ROOT/build" "${generator[@]}" \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON >"$ROOT/configure.log" 2>&1 ||
   die "cmake configure failed; see $ROOT/configure.log"
-nice -n 19 cmake --build "$ROOT/build" --config Release -j "$JOBS" --target "${TARGETS[@]}" \
-  >"$ROOT/build.log" 2>&1 || die "the llama.cpp build failed; see $ROOT/build.log"
+: >"$ROOT/build.log"
+# The benchmarks first (they need neither the server nor its multimodal library).
+for group in "llama-bench llama-batched-bench" "llama-server llama-cli"; do
+  # shellcheck disable=SC2086 # a group is a list of targets
+  nice -n 19 cmake --build "$ROOT/build" --config Release -j "$JOBS" --target $group \
+    >>"$ROOT/build.log" 2>&1 || die "the llama.cpp build failed; see $ROOT/build.log"
+done
 for target in "${TARGETS[@]}"; do
   cp "$ROOT/build/bin/$target" "$ROOT/bin/" || die "the build did not produce $target"
 done

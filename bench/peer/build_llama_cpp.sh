@@ -54,9 +54,10 @@ if ((!force)) && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$stamp_text" ]; then
   exit 0
 fi
 
-for tool in cmake c++ cc tar sha256sum "$PYTHON"; do
+for tool in cmake c++ cc tar sha256sum; do
   command -v "$tool" >/dev/null || die "'$tool' is not on PATH (Debian: apt-get install cmake g++ tar coreutils)"
 done
+command -v "$PYTHON" >/dev/null || die "'$PYTHON' is not on PATH (set \$PYTHON to a python3 with pip)"
 "$PYTHON" -m pip --version >/dev/null 2>&1 || die "'$PYTHON -m pip' does not run; install pip for $PYTHON"
 generator=()
 if command -v ninja >/dev/null; then

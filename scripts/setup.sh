@@ -8,7 +8,7 @@
 #
 # Models: SmolLM2-135M-Instruct always (98 MB); TANDEM_FETCH_QWEN=1 adds
 # Qwen2.5-Coder-0.5B-Instruct (491 MB, --qwen-small), TANDEM_FETCH_QWEN=all
-# the 1.5B too (1.1 GB more, --qwen).
+# the 1.5B too (1.1 GB more, --qwen). all-MiniLM-L6-v2 (91 MB, --minilm) always.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,6 +61,9 @@ case "${TANDEM_FETCH_QWEN:-0}" in
   all) scripts/fetch_models.sh --qwen ;;
   *) echo "setup: TANDEM_FETCH_QWEN must be 0, 1 or all" >&2 && exit 2 ;;
 esac
+# all-MiniLM-L6-v2 (91 MB), the semantic cache's encoder; its GGUF conversion needs these.
+python3 -c "import gguf, safetensors, numpy" 2>/dev/null || python3 -m pip install --quiet gguf safetensors numpy
+scripts/fetch_models.sh --minilm
 
 [ "${1:-}" = "--deps" ] && exit 0
 

@@ -90,9 +90,30 @@ void AddLayerNorm(float* x, const float* residual, int64_t rows, int64_t n,
   }
 }
 
+// erf(x) in float as a rational function on [-4, 4] (erf is +-1 in float beyond): the
+// coefficients of Eigen's / XLA's float erf; max abs error 4e-7 (vs 3e-8 for libm's erff),
+// but branch-free, so the loop below vectorizes (libm's erff took 30 % of a forward pass).
+inline float Erf(float x) {
+  x = std::clamp(x, -4.0f, 4.0f);
+  const float x2 = x * x;
+  float p = -2.72614225801306e-10f;
+  p = p * x2 + 2.77068142495902e-08f;
+  p = p * x2 - 2.10102402082508e-06f;
+  p = p * x2 - 5.69250639462346e-05f;
+  p = p * x2 - 7.34990630326855e-04f;
+  p = p * x2 - 2.95459980854025e-03f;
+  p = p * x2 - 1.60960333262415e-02f;
+  float q = -1.45660718464996e-05f;
+  q = q * x2 - 2.13374055278905e-04f;
+  q = q * x2 - 1.68282697438203e-03f;
+  q = q * x2 - 7.37332916720468e-03f;
+  q = q * x2 - 1.42647390514189e-02f;
+  return x * p / q;
+}
+
 // GELU as BERT defines it (erf, not the tanh approximation).
 void Gelu(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * float(M_SQRT1_2)));
+  for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + Erf(x[i] * float(M_SQRT1_2)));
 }
 
 }  // namespace

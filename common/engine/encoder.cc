@@ -21,14 +21,18 @@ class BertTensors {
 
   absl::StatusOr<int64_t> PositiveInt(const std::string& key) const {
     ASSIGN_OR_RETURN(int64_t v, file_.GetInt(key));
-    if (v <= 0) return absl::InvalidArgumentError(absl::StrCat(key, " is ", v, ", want > 0"));
+    if (v <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(key, " is ", v, ", want > 0"));
+    }
     return v;
   }
 
   absl::StatusOr<const GgufTensorInfo*> Get(const std::string& name,
                                             const std::vector<int64_t>& dims) const {
     const GgufTensorInfo* t = file_.FindTensor(name);
-    if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat("missing tensor ", name));
+    if (t == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("missing tensor ", name));
+    }
     if (t->dims != dims) {
       return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": shape [",
                                                      absl::StrJoin(t->dims, ", "), "], want [",
@@ -66,7 +70,9 @@ class BertTensors {
 void AddBias(float* x, int64_t rows, const std::vector<float>& bias) {
   const int64_t n = static_cast<int64_t>(bias.size());
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < n; ++i) x[r * n + i] += bias[i];
+    for (int64_t i = 0; i < n; ++i) {
+      x[r * n + i] += bias[i];
+    }
   }
 }
 
@@ -77,12 +83,16 @@ void AddLayerNorm(float* x, const float* residual, int64_t rows, int64_t n,
     float* row = x + r * n;
     double sum = 0;
     for (int64_t i = 0; i < n; ++i) {
-      if (residual != nullptr) row[i] += residual[r * n + i];
+      if (residual != nullptr) {
+        row[i] += residual[r * n + i];
+      }
       sum += row[i];
     }
     const double mean = sum / n;
     double var = 0;
-    for (int64_t i = 0; i < n; ++i) var += (row[i] - mean) * (row[i] - mean);
+    for (int64_t i = 0; i < n; ++i) {
+      var += (row[i] - mean) * (row[i] - mean);
+    }
     const double inv = 1.0 / std::sqrt(var / n + eps);
     for (int64_t i = 0; i < n; ++i) {
       row[i] = static_cast<float>((row[i] - mean) * inv) * w[i] + b[i];
@@ -113,7 +123,9 @@ inline float Erf(float x) {
 
 // GELU as BERT defines it (erf, not the tanh approximation).
 void Gelu(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + Erf(x[i] * float(M_SQRT1_2)));
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = 0.5f * x[i] * (1.0f + Erf(x[i] * float(M_SQRT1_2)));
+  }
 }
 
 }  // namespace
@@ -121,8 +133,7 @@ void Gelu(float* x, int64_t n) {
 Encoder::Encoder(std::unique_ptr<GgufFile> file, int num_threads)
     : file_(std::move(file)), pool_(std::max(1, num_threads)) {}
 
-absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Load(const std::string& path,
-                                                       int num_threads) {
+absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Load(const std::string& path, int num_threads) {
   absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
   if (!file.ok()) {
     return absl::Status(file.status().code(),
@@ -144,7 +155,9 @@ absl::Status Encoder::Init() {
   }
   if (f.Find("bert.attention.causal") != nullptr) {
     ASSIGN_OR_RETURN(bool causal, f.GetBool("bert.attention.causal"));
-    if (causal) return absl::InvalidArgumentError("bert.attention.causal is true, want false");
+    if (causal) {
+      return absl::InvalidArgumentError("bert.attention.causal is true, want false");
+    }
   }
   if (f.Find("bert.pooling_type") != nullptr) {
     ASSIGN_OR_RETURN(int64_t pooling, f.GetInt("bert.pooling_type"));
@@ -162,9 +175,8 @@ absl::Status Encoder::Init() {
   ASSIGN_OR_RETURN(c.n_head, t.PositiveInt("bert.attention.head_count"));
   ASSIGN_OR_RETURN(c.norm_eps, f.GetFloat("bert.attention.layer_norm_epsilon"));
   if (c.n_embd % c.n_head != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("bert.embedding_length ", c.n_embd,
-                                                   " is not a multiple of the ", c.n_head,
-                                                   " heads"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bert.embedding_length ", c.n_embd, " is not a multiple of the ", c.n_head, " heads"));
   }
   const GgufTensorInfo* embd = f.FindTensor("token_embd.weight");
   if (embd == nullptr || embd->dims.size() != 2) {
@@ -229,7 +241,9 @@ void Encoder::Attention(const std::vector<int64_t>& starts) {
       for (int64_t j = 0; j < len; ++j) {
         const float* k = &k_[(begin + j) * d + h * hd];
         float dot = 0;
-        for (int64_t e = 0; e < hd; ++e) dot += q[e] * k[e];
+        for (int64_t e = 0; e < hd; ++e) {
+          dot += q[e] * k[e];
+        }
         scores[j] = dot * scale;
         max_score = std::max(max_score, scores[j]);
       }
@@ -243,7 +257,9 @@ void Encoder::Attention(const std::vector<int64_t>& starts) {
       for (int64_t j = 0; j < len; ++j) {
         const float p = scores[j] / sum;
         const float* v = &v_[(begin + j) * d + h * hd];
-        for (int64_t e = 0; e < hd; ++e) out[e] += p * v[e];
+        for (int64_t e = 0; e < hd; ++e) {
+          out[e] += p * v[e];
+        }
       }
     }
   });
@@ -257,8 +273,8 @@ absl::StatusOr<std::vector<std::vector<float>>> Encoder::Embed(
   for (size_t s = 0; s < batch.size(); ++s) {
     const std::vector<TokenId>& ids = batch[s];
     if (ids.empty() || static_cast<int64_t>(ids.size()) > c.n_positions) {
-      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " has ", ids.size(),
-                                                     " tokens, want 1..", c.n_positions));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, " has ", ids.size(), " tokens, want 1..", c.n_positions));
     }
     for (size_t i = 0; i < ids.size(); ++i) {
       if (ids[i] < 0 || ids[i] >= c.n_vocab) {
@@ -270,8 +286,12 @@ absl::StatusOr<std::vector<std::vector<float>>> Encoder::Embed(
     starts.push_back(starts.back() + static_cast<int64_t>(ids.size()));
   }
   const int64_t n = starts.back();
-  if (n == 0) return std::vector<std::vector<float>>();
-  for (std::vector<float>* buf : {&x_, &q_, &k_, &v_, &attn_, &proj_}) buf->resize(n * d);
+  if (n == 0) {
+    return std::vector<std::vector<float>>();
+  }
+  for (std::vector<float>* buf : {&x_, &q_, &k_, &v_, &attn_, &proj_}) {
+    buf->resize(n * d);
+  }
   ff_.resize(n * c.n_ff);
 
   // Embeddings: word + position + token type 0, then LayerNorm.
@@ -281,7 +301,9 @@ absl::StatusOr<std::vector<std::vector<float>>> Encoder::Embed(
       float* row = &x_[(starts[s] + i) * d];
       token_embd_.DequantizeRowTo(batch[s][i], row);
       position_embd_.DequantizeRowTo(static_cast<int64_t>(i), pos.data());
-      for (int64_t e = 0; e < d; ++e) row[e] += pos[e] + token_type0_[e];
+      for (int64_t e = 0; e < d; ++e) {
+        row[e] += pos[e] + token_type0_[e];
+      }
     }
   }
   AddLayerNorm(x_.data(), nullptr, n, d, embd_norm_w_, embd_norm_b_, c.norm_eps);
@@ -310,7 +332,9 @@ absl::StatusOr<std::vector<std::vector<float>>> Encoder::Embed(
   for (size_t s = 0; s < batch.size(); ++s) {
     std::vector<double> sum(d, 0.0);
     for (int64_t t = starts[s]; t < starts[s + 1]; ++t) {
-      for (int64_t e = 0; e < d; ++e) sum[e] += x_[t * d + e];
+      for (int64_t e = 0; e < d; ++e) {
+        sum[e] += x_[t * d + e];
+      }
     }
     const double len = static_cast<double>(starts[s + 1] - starts[s]);
     double norm2 = 0;
@@ -319,7 +343,9 @@ absl::StatusOr<std::vector<std::vector<float>>> Encoder::Embed(
       norm2 += sum[e] * sum[e];
     }
     const double inv = 1.0 / std::max(std::sqrt(norm2), 1e-12);
-    for (int64_t e = 0; e < d; ++e) out[s][e] = static_cast<float>(sum[e] * inv);
+    for (int64_t e = 0; e < d; ++e) {
+      out[s][e] = static_cast<float>(sum[e] * inv);
+    }
   }
   return out;
 }

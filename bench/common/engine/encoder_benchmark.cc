@@ -45,8 +45,8 @@ void BM_Embed(benchmark::State& state) {
     auto out = (*encoder)->Embed(ids);
     benchmark::DoNotOptimize(out);
   }
-  state.counters["tokens/s"] =
-      benchmark::Counter(static_cast<double>(batch) * kTokens, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(batch) * kTokens,
+                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Embed)
     ->ArgNames({"batch", "threads"})

@@ -11,13 +11,14 @@
 // 3.1e-4. Attending across the packed sequences (an ignored attention mask) drops the
 // cosine to 0.20 and breaks batch = one-at-a-time. (Mutations checked by hand.)
 
+#include "common/engine/encoder.h"
+
 #include <cmath>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/engine/encoder.h"
 #include "common/engine/format/gguf.h"
 #include "common/engine/format/npy.h"
 #include "common/engine/model_store.h"
@@ -105,7 +106,9 @@ TEST_F(EncoderTest, BatchMatchesReference) {
     const float* ref = &ref_.data[s * 384];
     const double cosine = Cosine(e, ref);
     double abs = 0;
-    for (size_t i = 0; i < e.size(); ++i) abs = std::max(abs, double(std::fabs(e[i] - ref[i])));
+    for (size_t i = 0; i < e.size(); ++i) {
+      abs = std::max(abs, double(std::fabs(e[i] - ref[i])));
+    }
     EXPECT_GE(cosine, kMinCosine) << "sentence " << s << ": " << texts_[s].substr(0, 60);
     EXPECT_LE(abs, kMaxAbs) << "sentence " << s << ": " << texts_[s].substr(0, 60);
     min_cosine = std::min(min_cosine, cosine);
@@ -133,8 +136,8 @@ TEST_F(EncoderTest, BadInputNamesTheSequence) {
   EXPECT_THAT(encoder_->Embed(batch), StatusIs(absl::StatusCode::kInvalidArgument,
                                                HasSubstr("sequence 1 has 0 tokens, want 1..512")));
   batch[1] = std::vector<TokenId>(513, 101);
-  EXPECT_THAT(encoder_->Embed(batch), StatusIs(absl::StatusCode::kInvalidArgument,
-                                               HasSubstr("sequence 1 has 513 tokens")));
+  EXPECT_THAT(encoder_->Embed(batch),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sequence 1 has 513 tokens")));
   batch[1] = {101, 30522, 102};
   EXPECT_THAT(encoder_->Embed(batch),
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -176,7 +179,8 @@ TEST(EncoderLoadTest, BadFilesNameTheProblem) {
   EXPECT_THAT(Encoder::Load(dir + "/short.gguf"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("tensor position_embd.weight: shape [4, 4], want [4, 8]")));
-  EXPECT_THAT(Encoder::Load(dir + "/none.gguf"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("none.gguf")));
+  EXPECT_THAT(Encoder::Load(dir + "/none.gguf"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("none.gguf")));
 }
 
 }  // namespace

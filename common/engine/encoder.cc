@@ -234,17 +234,28 @@ void Encoder::Attention(const std::vector<int64_t>& starts) {
     const int64_t h = task % heads;
     const int64_t begin = starts[s];
     const int64_t len = starts[s + 1] - begin;
+    // K of this head transposed ([e][j]), so the score loop runs along keys and vectorizes.
+    std::vector<float> kt(hd * len);
+    for (int64_t j = 0; j < len; ++j) {
+      const float* k = &k_[(begin + j) * d + h * hd];
+      for (int64_t e = 0; e < hd; ++e) {
+        kt[e * len + j] = k[e];
+      }
+    }
     std::vector<float> scores(len);
     for (int64_t i = 0; i < len; ++i) {
       const float* q = &q_[(begin + i) * d + h * hd];
+      std::fill(scores.begin(), scores.end(), 0.0f);
+      for (int64_t e = 0; e < hd; ++e) {
+        const float qe = q[e];
+        const float* kte = &kt[e * len];
+        for (int64_t j = 0; j < len; ++j) {
+          scores[j] += qe * kte[j];
+        }
+      }
       float max_score = -INFINITY;
       for (int64_t j = 0; j < len; ++j) {
-        const float* k = &k_[(begin + j) * d + h * hd];
-        float dot = 0;
-        for (int64_t e = 0; e < hd; ++e) {
-          dot += q[e] * k[e];
-        }
-        scores[j] = dot * scale;
+        scores[j] *= scale;
         max_score = std::max(max_score, scores[j]);
       }
       float sum = 0;

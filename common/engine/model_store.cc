@@ -19,6 +19,8 @@ constexpr KnownModel kKnownModels[] = {
      "scripts/fetch_models.sh --qwen-small"},
     {"qwen2.5-coder-1.5b-instruct", "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
      "scripts/fetch_models.sh --qwen"},
+    {"all-minilm-l6-v2", "all-MiniLM-L6-v2/all-MiniLM-L6-v2.F32.gguf",
+     "scripts/fetch_models.sh --minilm"},
 };
 
 std::string KnownNames() {

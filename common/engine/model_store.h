@@ -4,6 +4,7 @@
 // (docs/models.md), and the names a user may give instead of a GGUF path.
 //
 //   ResolveModelPath("smollm2-135m-instruct")  -> "$TANDEM_MODELS/SmolLM2-135M-Instruct.Q4_1.gguf"
+//   ResolveModelPath("all-minilm-l6-v2")       -> "$TANDEM_MODELS/all-MiniLM-L6-v2/all-MiniLM-L6-v2.F32.gguf"
 //   ResolveModelPath("models/stories260K.gguf") -> "models/stories260K.gguf" (a path, unchanged)
 //
 // Nothing here downloads: a known model missing from the cache is NotFound

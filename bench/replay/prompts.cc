@@ -83,7 +83,7 @@ constexpr Synonym kSynonyms[] = {
 };
 // Lead-in sentences of Paraphrase (chosen by `variant`).
 constexpr absl::string_view kLeadIns[] = {
-    "I have a question. ", "Here is what I need. ", "Please help me with this. ",
+    "I have a question. ", "Here is what I need. ",    "Please help me with this. ",
     "A request for you. ", "Could you look at this? ", "Something I am working on. ",
 };
 constexpr int kParaphraseWords = 64;
@@ -132,8 +132,7 @@ absl::StatusOr<std::vector<std::string>> LoadShareGptPrompts(const std::string& 
     for (const nlohmann::json& turn : *conversations) {
       const auto from = turn.is_object() ? turn.find("from") : turn.end();
       const auto value = turn.is_object() ? turn.find("value") : turn.end();
-      if (from == turn.end() || value == turn.end() || !from->is_string() ||
-          !value->is_string()) {
+      if (from == turn.end() || value == turn.end() || !from->is_string() || !value->is_string()) {
         return absl::InvalidArgumentError(absl::StrCat(
             path, ": element ", i, " has a turn without string \"from\" and \"value\""));
       }
@@ -261,8 +260,8 @@ absl::StatusOr<int64_t> PromptSynthesizer::TokensInRange(absl::string_view text,
   }
   // SPM tokenizers add a prefix space the text does not have.
   if (pieces_bytes < text.size() || pieces_bytes > text.size() + 1) {
-    return absl::InternalError(absl::StrCat("tokens of a ", text.size(),
-                                            "-byte text decode to ", pieces_bytes, " bytes"));
+    return absl::InternalError(
+        absl::StrCat("tokens of a ", text.size(), "-byte text decode to ", pieces_bytes, " bytes"));
   }
   const size_t shift = pieces_bytes - text.size();
   int64_t count = 0;
@@ -274,8 +273,7 @@ absl::StatusOr<int64_t> PromptSynthesizer::TokensInRange(absl::string_view text,
     // A token of only the SPM prefix space (clamped to [0, 0)) belongs to
     // the text's start.
     const bool prefix_space_token = ends[i] <= shift;
-    if (prefix_space_token ? begin == 0 && end > 0
-                           : token_begin >= begin && token_end <= end) {
+    if (prefix_space_token ? begin == 0 && end > 0 : token_begin >= begin && token_end <= end) {
       ++count;
     }
     begin_found = begin_found || token_end == begin;
@@ -320,8 +318,8 @@ absl::StatusOr<std::string> PromptSynthesizer::Solve(absl::string_view before,
       take = next;
     }
   }
-  return absl::InternalError(absl::StrCat("could not cut text of exactly ", tokens,
-                                          " tokens from the prompt corpus"));
+  return absl::InternalError(
+      absl::StrCat("could not cut text of exactly ", tokens, " tokens from the prompt corpus"));
 }
 
 absl::StatusOr<std::string> PromptSynthesizer::Block(uint64_t hash_id, int64_t block_tokens,
@@ -361,8 +359,8 @@ absl::StatusOr<Prompt> PromptSynthesizer::Compose(absl::Span<const uint64_t> has
     return absl::InvalidArgumentError(absl::StrCat("hash_block_tokens ", block_tokens,
                                                    " is below the minimum ", kMinBlockTokens));
   }
-  const int64_t whole = std::min<int64_t>(static_cast<int64_t>(hash_ids.size()),
-                                          tokens / block_tokens);
+  const int64_t whole =
+      std::min<int64_t>(static_cast<int64_t>(hash_ids.size()), tokens / block_tokens);
   std::string prefix;
   std::vector<size_t> prefix_ends = {0};
   for (int64_t i = 0; i < whole; ++i) {

@@ -77,9 +77,8 @@ class PromptsTest : public ::testing::TestWithParam<std::string> {
     if (v.synthesizer == nullptr) {
       std::string path;
       if (GetParam() != "stories260K") {
-        auto resolved = engine::ResolveModelPath(GetParam() == "smollm2"
-                                                     ? "smollm2-135m-instruct"
-                                                     : "qwen2.5-coder-0.5b-instruct");
+        auto resolved = engine::ResolveModelPath(
+            GetParam() == "smollm2" ? "smollm2-135m-instruct" : "qwen2.5-coder-0.5b-instruct");
         EXPECT_TRUE(resolved.ok()) << resolved.status();
         path = resolved.ok() ? *resolved : "";
       } else {
@@ -171,7 +170,8 @@ TEST_P(PromptsTest, SharedHashIdsGiveIdenticalPrefixes) {
       const size_t n = shared * kBlock;
       EXPECT_TRUE(std::equal(ta.begin(), ta.begin() + n, tb.begin()))
           << "rows " << a << " and " << b << " share " << shared << " blocks";
-      EXPECT_NE(prompts[a].text.substr(prefix.size(), 12), prompts[b].text.substr(prefix.size(), 12))
+      EXPECT_NE(prompts[a].text.substr(prefix.size(), 12),
+                prompts[b].text.substr(prefix.size(), 12))
           << "rows " << a << " and " << b;
     }
   }
@@ -275,7 +275,8 @@ TEST(PromptsSpmTest, PrefixSpaceTokenCountsAtTheStart) {
   EXPECT_EQ(n + rest, static_cast<int64_t>(ids.size()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Vocabularies, PromptsTest, ::testing::Values("smollm2", "qwen2", "stories260K"),
+INSTANTIATE_TEST_SUITE_P(Vocabularies, PromptsTest,
+                         ::testing::Values("smollm2", "qwen2", "stories260K"),
                          [](const auto& info) { return info.param; });
 
 TEST(PromptCorpusTest, ShareGptLoadsAndBadFilesNameTheProblem) {

@@ -252,7 +252,8 @@ TEST(WorkloadTest, BadOptionsAreRejected) {
   expect_error([](WorkloadOptions& o) { o.fixed_input_tokens = 0; }, "fixed input and output");
   expect_error([](WorkloadOptions& o) { o.repeat_fraction = 0.7, o.paraphrase_fraction = 0.4; },
                "sum <= 1");
-  expect_error([](WorkloadOptions& o) { o.hash_block_tokens = 0; }, "hash_block_tokens 0 is below the minimum 4");
+  expect_error([](WorkloadOptions& o) { o.hash_block_tokens = 0; },
+               "hash_block_tokens 0 is below the minimum 4");
   expect_error([](WorkloadOptions& o) { o.input_scale = 0; }, "length scales");
   expect_error([](WorkloadOptions& o) { o.min_input_tokens = 9, o.max_input_tokens = 8; },
                "min_input_tokens 9 exceeds");

@@ -21,10 +21,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/engine/format/gguf.h"
-#include "common/engine/model_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/bench/replay/test_tokenizers.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/test_paths.h"
 
@@ -39,67 +38,31 @@ using ::testing::HasSubstr;
 
 constexpr char kShareGpt[] = "traces/sharegpt-prompts-ml-energy/ShareGPT_V3_filtered_1000.json";
 
-std::unique_ptr<Tokenizer> LoadTokenizer(const std::string& path) {
-  auto file = engine::GgufFile::Open(path);
-  if (!file.ok()) {
-    ADD_FAILURE() << path << ": " << file.status();
-    return nullptr;
-  }
-  auto tokenizer = Tokenizer::FromGguf(**file);
-  if (!tokenizer.ok()) {
-    ADD_FAILURE() << path << ": " << tokenizer.status();
-    return nullptr;
-  }
-  return *std::move(tokenizer);
-}
-
 std::vector<TokenId> Encode(const Tokenizer& tokenizer, const std::string& text) {
-  auto ids = tokenizer.Encode(text, /*add_bos=*/false, /*parse_special=*/false);
-  EXPECT_TRUE(ids.ok()) << ids.status();
-  return ids.ok() ? *ids : std::vector<TokenId>{};
+  return testing::EncodePlain(tokenizer, text);
 }
 
 // One fixture per vocabulary: the tokenizer and a synthesizer over ShareGPT,
 // built once (tokenizing the corpus is the slow part).
 class PromptsTest : public ::testing::TestWithParam<std::string> {
  protected:
-  const Tokenizer& tokenizer() { return *Get().tokenizer; }
-  PromptSynthesizer& synthesizer() { return *Get().synthesizer; }
-
- private:
-  struct Vocab {
-    std::unique_ptr<Tokenizer> tokenizer;
-    std::unique_ptr<PromptSynthesizer> synthesizer;
-  };
-  Vocab& Get() {
-    static auto* vocabs = new std::map<std::string, Vocab>();
-    Vocab& v = (*vocabs)[GetParam()];
-    if (v.synthesizer == nullptr) {
-      std::string path;
-      if (GetParam() != "stories260K") {
-        auto resolved = engine::ResolveModelPath(
-            GetParam() == "smollm2" ? "smollm2-135m-instruct" : "qwen2.5-coder-0.5b-instruct");
-        EXPECT_TRUE(resolved.ok()) << resolved.status();
-        path = resolved.ok() ? *resolved : "";
-      } else {
-        path = RequireSharedFile("models/stories260K/stories260K.gguf");
-      }
-      v.tokenizer = LoadTokenizer(path);
+  const Tokenizer& tokenizer() { return testing::TestTokenizer(GetParam()); }
+  PromptSynthesizer& synthesizer() {
+    static auto* synthesizers = new std::map<std::string, std::unique_ptr<PromptSynthesizer>>();
+    std::unique_ptr<PromptSynthesizer>& s = (*synthesizers)[GetParam()];
+    if (s == nullptr) {
       auto texts = LoadShareGptPrompts(RequireSharedFile(kShareGpt));
       EXPECT_TRUE(texts.ok()) << texts.status();
-      if (v.tokenizer != nullptr && texts.ok()) {
-        auto synthesizer = PromptSynthesizer::Create(*v.tokenizer, *texts);
-        EXPECT_TRUE(synthesizer.ok()) << synthesizer.status();
-        if (synthesizer.ok()) {
-          v.synthesizer = *std::move(synthesizer);
-        }
+      auto created = texts.ok()
+                         ? PromptSynthesizer::Create(tokenizer(), *texts)
+                         : absl::StatusOr<std::unique_ptr<PromptSynthesizer>>(texts.status());
+      if (!created.ok()) {
+        ADD_FAILURE() << "no synthesizer for " << GetParam() << ": " << created.status();
+        std::abort();
       }
+      s = *std::move(created);
     }
-    if (v.synthesizer == nullptr) {
-      ADD_FAILURE() << "no synthesizer for " << GetParam();
-      std::abort();
-    }
-    return v;
+    return *s;
   }
 };
 
@@ -260,9 +223,7 @@ TEST_P(PromptsTest, TokensInRange) {
 }
 
 TEST(PromptsSpmTest, PrefixSpaceTokenCountsAtTheStart) {
-  auto file = engine::GgufFile::Open(RequireSharedFile("models/stories260K/stories260K.gguf"));
-  ASSERT_OK(file.status());
-  ASSERT_OK_AND_ASSIGN(const auto tokenizer, Tokenizer::FromGguf(**file));
+  const Tokenizer* tokenizer = &testing::TestTokenizer("stories260K");
   ASSERT_OK_AND_ASSIGN(const auto synthesizer,
                        PromptSynthesizer::Create(*tokenizer, BuiltInPromptTexts()));
   // stories260K has no "▁ed": "ed" encodes as the prefix space then "ed".

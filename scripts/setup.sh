@@ -21,6 +21,7 @@ APT_PACKAGES=(
   libhnswlib-dev libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev
   libboost-dev libssl-dev openssl  # Boost.Beast (the HTTP front), TLS, the dev CA script
   prometheus  # for promtool: router_integration_test lints every process's /metrics
+  gnuplot-nox  # tandem-replay's latency CDF and throughput PNGs (docs/replay.md)
 )
 
 SUDO=""

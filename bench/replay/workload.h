@@ -36,6 +36,7 @@ struct WorkloadOptions {
   double duration_s = 0;           // 0 = whole trace (still capped by max_requests)
   double rate = 0;                 // kPoisson / kGamma: requests per second
   double burstiness = 1.0;         // kGamma shape parameter (1 = Poisson)
+  int concurrency = 0;             // kConcurrency: requests kept in flight (> 0)
   int64_t max_requests = 0;        // 0 = no cap (then duration_s must bound it)
   uint64_t seed = 0;
 

@@ -8,14 +8,19 @@
 //            (PeakGops below) and the measured ops/s.
 //
 // Models are generated once into build/bench-models/ (tandem-mkmodel logic).
-// Type 4 is the real Qwen2.5-Coder-1.5B-Instruct (Q4_K_M) from the model
-// cache (scripts/fetch_models.sh --qwen); its cases are skipped with the
-// fetch command when it is missing. Only it:
-//   build/bin/engine_benchmark --benchmark_filter='type:4/'
+// Types 4-6 are the real models from the model cache (kRealModels below;
+// scripts/fetch_models.sh --qwen): their cases are skipped with the fetch
+// command when the file is missing. Their decode cases sweep the batch size
+// 1..128 to find the decode saturation point (where a step stops costing the
+// same as at batch 1 and starts growing with the batch; docs/benchmarks.md).
+// Only them:
+//   build/bin/engine_benchmark --benchmark_filter='type:[456]/'
 //
 //   build/bin/engine_benchmark --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 
 #include <benchmark/benchmark.h>
+
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -38,16 +43,35 @@
 namespace tandem::engine {
 namespace {
 
+// The real models (types 4-6), as shipped, resolved through the model store.
+struct RealModel {
+  int type;
+  const char* label;
+  const char* store_name;  // engine::ResolveModelPath's name
+};
+constexpr RealModel kRealModels[] = {
+    {4, "Qwen2.5-Coder-1.5B Q4_K_M", "qwen2.5-coder-1.5b-instruct"},
+    {5, "SmolLM2-135M Q4_1", "smollm2-135m-instruct"},
+    {6, "Qwen2.5-Coder-0.5B Q4_K_M", "qwen2.5-coder-0.5b-instruct"},
+};
+const RealModel* RealModelOf(int t) {
+  for (const RealModel& m : kRealModels) {
+    if (m.type == t) return &m;
+  }
+  return nullptr;
+}
+
 const char* TypeName(int t) {
+  if (const RealModel* real = RealModelOf(t)) return real->label;
   switch (t) {
     case 0: return "F16";
     case 1: return "Q8_0";
     case 2: return "Q4_0";
-    case 4: return "Qwen2.5-Coder-1.5B Q4_K_M";
     default: return "Q4_K_M";
   }
 }
-// The type of most weights (Q4_K_M: Q4_K, with some Q6_K).
+// The type of most weights (Q4_K_M: Q4_K, with some Q6_K; the real models are
+// all quantized, which is all PeakGops asks).
 engine::GgmlType TypeOf(int t) {
   switch (t) {
     case 0: return engine::GgmlType::kF16;
@@ -57,11 +81,12 @@ engine::GgmlType TypeOf(int t) {
   }
 }
 
-// False (the case skipped, naming the fetch command) when type `t` is the
+// False (the case skipped, naming the fetch command) when type `t` is a
 // real model and it is not in the cache.
 bool Available(int t, benchmark::State& state) {
-  if (t != 4) return true;
-  absl::StatusOr<std::string> path = engine::ResolveModelPath("qwen2.5-coder-1.5b-instruct");
+  const RealModel* real = RealModelOf(t);
+  if (real == nullptr) return true;
+  absl::StatusOr<std::string> path = engine::ResolveModelPath(real->store_name);
   if (path.ok()) return true;
   state.SkipWithError(std::string(path.status().message()).c_str());
   return false;
@@ -71,8 +96,8 @@ const engine::Model& TinyLlama(int t) {
   static auto* models = new std::map<int, std::unique_ptr<engine::Model>>();
   auto it = models->find(t);
   if (it != models->end()) return *it->second;
-  if (t == 4) {  // the real model: its file as shipped
-    absl::StatusOr<std::string> path = engine::ResolveModelPath("qwen2.5-coder-1.5b-instruct");
+  if (const RealModel* real = RealModelOf(t)) {  // the real model: its file as shipped
+    absl::StatusOr<std::string> path = engine::ResolveModelPath(real->store_name);
     absl::StatusOr<std::unique_ptr<engine::Model>> m =
         path.ok() ? engine::Model::Load(*path) : path.status();
     if (!m.ok()) {
@@ -181,6 +206,23 @@ double PeakGops(engine::GgmlType t, int threads) {
   return (quantized ? 390.0 : 98.0) * threads;
 }
 
+// CPU seconds this process has used (all threads): with the wall time it says
+// how many cores a case really got on a shared machine.
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Multiply-adds per token in the matrix multiplies (attention scores
+// excluded), with or without the lm head (vocab x dim).
+double MatmulParams(const engine::ModelConfig& c, bool with_head) {
+  const double layers = c.num_layers * (2.0 * c.dim * c.num_heads * c.head_dim +
+                                        2.0 * c.dim * c.num_kv_heads * c.head_dim +
+                                        3.0 * c.dim * c.ffn_dim);
+  return layers + (with_head ? 1.0 * c.vocab_size * c.dim : 0.0);
+}
+
 std::unique_ptr<engine::Engine> MakeEngine(const engine::Model& m, int threads, int32_t blocks) {
   engine::EngineConfig c;
   c.num_threads = threads;
@@ -217,15 +259,22 @@ void BM_Decode(benchmark::State& state) {
   std::vector<int32_t> tokens(batch, 42);
   std::vector<engine::BatchEntry> step(batch);
   for (int s = 0; s < batch; ++s) step[s] = {s, absl::MakeConstSpan(&tokens[s], 1), engine::LogitsMode::kLast};
+  // One untimed step first: it pages the mapped weights in and sizes the
+  // buffers, which cases with one or two timed steps (large batches of the
+  // 1.5B) must not count.
+  if (!engine->Step(step).ok()) std::exit(1);
   auto start = std::chrono::steady_clock::now();
-  double paused_s = 0;
+  const double cpu_start = ProcessCpuSeconds();
+  double paused_s = 0, paused_cpu_s = 0;
   for (auto _ : state) {
     if (engine->SequenceLength(0) >= kMaxLen) {
       state.PauseTiming();
       auto p0 = std::chrono::steady_clock::now();
+      const double cpu0 = ProcessCpuSeconds();
       for (int s = 0; s < batch; ++s) (void)engine->FreeSequence(s);
       fill();
       paused_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count();
+      paused_cpu_s += ProcessCpuSeconds() - cpu0;
       state.ResumeTiming();
     }
     auto out = engine->Step(step);
@@ -237,6 +286,7 @@ void BM_Decode(benchmark::State& state) {
   }
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - paused_s;
+  const double cpu = ProcessCpuSeconds() - cpu_start - paused_cpu_s;
   const double steps = state.iterations();
   state.SetItemsProcessed(static_cast<int64_t>(steps * batch));
   const double bytes = model.weight_bytes_per_token();
@@ -247,6 +297,20 @@ void BM_Decode(benchmark::State& state) {
   state.counters["bw_GB/s"] = bw / 1e9;
   state.counters["frac_of_bw_bound"] = steps * bytes / elapsed / bw;
   state.counters["weights_MB"] = bytes / 1e6;
+  // Where the step's cost goes as the batch grows (the saturation sweep):
+  // time and CPU time per step (CPU / wall < threads: the machine was busy),
+  // the KV bytes attention reads per step (F16, mean context (kContext +
+  // kMaxLen) / 2), the step's floor at the measured bandwidth for weights + KV,
+  // and the arithmetic rate of the matrix multiplies.
+  const engine::ModelConfig& c = model.config();
+  const double kv_bytes = batch * (kContext + kMaxLen) / 2.0 * c.num_layers * 2.0 *
+                          c.num_kv_heads * c.head_dim * sizeof(uint16_t);
+  state.counters["ms/step"] = elapsed / steps * 1e3;
+  state.counters["cpu_ms/step"] = cpu / steps * 1e3;
+  state.counters["cores_used"] = cpu / elapsed;
+  state.counters["kv_MB/step"] = kv_bytes / 1e6;
+  state.counters["bw_floor_ms"] = (bytes + kv_bytes) / bw * 1e3;
+  state.counters["GOP/s"] = 2 * MatmulParams(c, true) * batch * steps / elapsed / 1e9;
   state.SetLabel(absl::StrCat(TypeName(type), " batch ", batch, " threads ", threads));
 }
 
@@ -276,10 +340,7 @@ void BM_Prefill(benchmark::State& state) {
   }
   const double tokens = state.iterations() * kChunk;
   // Matmul work: 2 ops per weight per token (the lm head runs for the last token only).
-  const engine::ModelConfig& c = model.config();
-  const double params = c.num_layers * (2.0 * c.dim * c.num_heads * c.head_dim +
-                                        2.0 * c.dim * c.num_kv_heads * c.head_dim +
-                                        3.0 * c.dim * c.ffn_dim);
+  const double params = MatmulParams(model.config(), false);
   state.SetItemsProcessed(static_cast<int64_t>(tokens));
   state.counters["tok/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
   state.counters["GOP/s"] = benchmark::Counter(tokens * 2 * params / 1e9, benchmark::Counter::kIsRate);
@@ -300,10 +361,11 @@ BENCHMARK(BM_Prefill)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);
-// The real Qwen2.5-Coder-1.5B (type 4): decode at batch 1 and 8, prefill.
+// The real models: the decode saturation sweep (batch 1..128; SmolLM2-135M,
+// Qwen2.5-Coder-0.5B, -1.5B), and prefill for the 1.5B.
 BENCHMARK(BM_Decode)
     ->ArgNames({"type", "batch", "threads"})
-    ->ArgsProduct({{4}, {1, 8}, {1, 2}})
+    ->ArgsProduct({{5, 6, 4}, {1, 2, 4, 8, 16, 32, 64, 128}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);

@@ -7,7 +7,7 @@
 #       [--systems colocated,disaggregated,llama-server] [--threads N]
 #       [--slots N] [--max-requests N] [--seconds S] [--rates R1,R2,...]
 #       [--slo ttft=2s,tpot=200ms] [--speedup-azure X] [--speedup-mooncake X]
-#       [--out DIR]
+#       [--tandem-protocol http|grpc] [--out DIR]
 #
 # For each system in turn it brings the server up on 127.0.0.1 (a `tandem up`
 # cluster shaped like deploy/local/colocated.yaml or disaggregated.yaml,
@@ -29,7 +29,9 @@
 #                  (THREADS/2 threads, max_running SLOTS)
 #   llama-server   -t THREADS -np SLOTS, CTX tokens of context per slot
 # Every request is open-loop; the router's max_inflight is 64 for both Tandem
-# clusters, llama-server queues without bound.
+# clusters, llama-server queues without bound. Every system is replayed over
+# its OpenAI /v1/completions front (SSE; the same client code for all three
+# rows); --tandem-protocol grpc replays the Tandem clusters over gRPC instead.
 #
 # Defaults are sized for a 2-core machine and SmolLM2-135M (about 35 min in
 # all); --max-requests / --seconds / --rates shrink it. Nothing listens on or
@@ -52,12 +54,11 @@ RATES=0.5,1,2,4
 SLO=ttft=2s,tpot=200ms
 SPEEDUP_AZURE=1
 SPEEDUP_MOONCAKE=1
+TANDEM_PROTOCOL=http
 OUT=${TMPDIR:-/tmp}/tandem-compare-$(date -u +%Y%m%dT%H%M%SZ)
 
-die() {
-  echo "compare: error: $*" >&2
-  exit 1
-}
+# shellcheck source=bench/compare/lib.sh
+. bench/compare/lib.sh
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -72,6 +73,7 @@ while [ $# -gt 0 ]; do
     --slo) SLO=$2 ;;
     --speedup-azure) SPEEDUP_AZURE=$2 ;;
     --speedup-mooncake) SPEEDUP_MOONCAKE=$2 ;;
+    --tandem-protocol) TANDEM_PROTOCOL=$2 ;;
     --out) OUT=$2 ;;
     -h | --help)
       sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'
@@ -89,19 +91,7 @@ done
 ((THREADS % 2 == 0)) || die "--threads must be even (disaggregated splits it between prefill and decode)"
 ((SLOTS % THREADS == 0)) || die "--slots must be a multiple of --threads (colocated splits it between workers)"
 
-# Model name -> GGUF file, as engine::ResolveModelPath (common/engine/model_store.cc).
-MODELS_DIR=${TANDEM_MODELS:-$HOME/.cache/tandem/models}
-case "$MODEL" in
-  smollm2-135m-instruct) GGUF=$MODELS_DIR/SmolLM2-135M-Instruct.Q4_1.gguf ;;
-  qwen2.5-coder-0.5b-instruct) GGUF=$MODELS_DIR/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf ;;
-  qwen2.5-coder-1.5b-instruct) GGUF=$MODELS_DIR/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf ;;
-  *) die "unknown model '$MODEL' (smollm2-135m-instruct, qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct; docs/models.md)" ;;
-esac
-[ -f "$GGUF" ] || die "$GGUF missing: run scripts/fetch_models.sh (docs/models.md)"
-for b in tandem tandem-router tandem-prefill tandem-decode tandem-replay; do
-  [ -x "build/bin/$b" ] || die "build/bin/$b missing: cmake --build build --target $b"
-done
-command -v curl >/dev/null || die "'curl' is not on PATH"
+resolve_model
 
 TRACE_DIR=$ROOT/../shared/traces
 AZURE=$TRACE_DIR/azure-llm-inference-2023/AzureLLMInferenceTrace_code.csv
@@ -134,102 +124,8 @@ speedup_of() {
 CTX=$((2048 + 64 + 16)) # llama-server context per slot: the longest prompt + output (+ BOS)
 
 mkdir -p "$OUT"
-work=$(mktemp -d)
-server_pid=""
-server_kind=""
-stop_server() {
-  if [ -n "$server_pid" ]; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    # tandem up is our child; llama-server is not (setsid), so poll for it.
-    wait "$server_pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL "$server_pid" 2>/dev/null || true
-  fi
-  server_pid=""
-}
-cleanup() {
-  stop_server
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap stop_server EXIT
 trap 'exit 130' INT TERM
-
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# Starts SYSTEM; sets server_pid, TARGET (HOST:PORT of the OpenAI front or
-# gRPC front) and PROTOCOL.
-start_server() {
-  local kind=$1
-  server_kind=$kind
-  if [ "$kind" = llama-server ]; then
-    local port
-    port=$(free_port)
-    server_pid=$(TANDEM_PEER_LOG="$OUT/llama-server.log" \
-      bench/peer/llama_server.sh "$GGUF" "$port" "$THREADS" "$SLOTS" "$CTX")
-    TARGET=127.0.0.1:$port
-    PROTOCOL=http
-    return
-  fi
-  local half=$((THREADS / 2)) per_worker=$((SLOTS / THREADS))
-  # KV for every slot's longest sequence (CTX tokens) in 16-token blocks.
-  local blocks_all=$(((SLOTS * CTX + 15) / 16))
-  {
-    echo "model: $MODEL"
-    echo "host: 127.0.0.1"
-    echo "internal_tls: dev"
-    echo "health_timeout: 300s"
-    echo "grace: 15s"
-    echo "router: {grpc_port: 0, http_port: 0, mode: $kind, limits: {max_inflight: 64}}"
-    if [ "$kind" = colocated ]; then
-      cat <<YAML
-colocated:
-  replicas: $THREADS
-  config:
-    threads: 1
-    kv_blocks: $(((per_worker * CTX + 15) / 16))
-    block_size: 16
-    max_running: $per_worker
-    heartbeat_interval: 1s
-YAML
-    else
-      cat <<YAML
-prefill:
-  replicas: 1
-  config:
-    threads: $half
-    kv_blocks: $blocks_all
-    block_size: 16
-    chunk_size: 256
-    heartbeat_interval: 1s
-decode:
-  replicas: 1
-  config:
-    threads: $half
-    kv_blocks: $blocks_all
-    block_size: 16
-    max_running: $SLOTS
-    reservation_deadline: 30s
-    heartbeat_interval: 1s
-YAML
-    fi
-  } >"$work/$kind.yaml"
-  cp "$work/$kind.yaml" "$OUT/$kind.yaml"
-  build/bin/tandem up "$work/$kind.yaml" >"$OUT/$kind.log" 2>&1 &
-  server_pid=$!
-  for _ in $(seq 1 1500); do
-    grep -q "cluster ready" "$OUT/$kind.log" && break
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.2
-  done
-  grep -q "cluster ready" "$OUT/$kind.log" || {
-    tail -n 30 "$OUT/$kind.log" >&2
-    die "tandem up ($kind) did not become ready (log: $OUT/$kind.log)"
-  }
-  TARGET=$(sed -n 's/^  router *gRPC \([^ ]*\).*/\1/p' "$OUT/$kind.log" | head -1)
-  PROTOCOL=grpc
-}
 
 # replay NAME ARGS...: one tandem-replay run into $OUT/$trace/$kind/NAME.
 replay() {
@@ -239,8 +135,12 @@ replay() {
   mkdir -p "$dir"
   echo "compare: $trace / $server_kind / $name ($(uptime | sed 's/.*load/load/'))" >&2
   uptime >"$dir/uptime.before"
+  local target=$HTTP_TARGET protocol=http
+  if [ "$TANDEM_PROTOCOL" = grpc ] && [ -n "$GRPC_TARGET" ]; then
+    target=$GRPC_TARGET protocol=grpc
+  fi
   # shellcheck disable=SC2046 # trace_args is a list of flags
-  build/bin/tandem-replay --target "$TARGET" --protocol "$PROTOCOL" --tokenizer "$GGUF" \
+  build/bin/tandem-replay --target "$target" --protocol "$protocol" --tokenizer "$GGUF" \
     --prompts "$PROMPTS" $(trace_args "$trace") --max-requests "$MAX_REQUESTS" \
     --slo "$SLO" --grace 30 --progress lines --plot=false --output "$dir" "$@" \
     >"$dir/stdout.txt" 2>"$dir/stderr.txt" ||

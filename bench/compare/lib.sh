@@ -1,0 +1,132 @@
+# Shared by bench/compare/compare.sh and bench/compare/guidellm_check.sh
+# (sourced, from the repository root): model resolution and starting and
+# stopping a `tandem up` cluster or llama-server on 127.0.0.1.
+#
+# Callers set MODEL, THREADS, SLOTS, CTX and OUT, and call `trap stop_server
+# EXIT` (or a cleanup that calls it).
+
+die() {
+  echo "$(basename "$0" .sh): error: $*" >&2
+  exit 1
+}
+
+# resolve_model: GGUF = the file of model name MODEL, as engine::ResolveModelPath
+# (common/engine/model_store.cc); checks the binaries the scripts run.
+resolve_model() {
+  local dir=${TANDEM_MODELS:-$HOME/.cache/tandem/models}
+  case "$MODEL" in
+    smollm2-135m-instruct) GGUF=$dir/SmolLM2-135M-Instruct.Q4_1.gguf ;;
+    qwen2.5-coder-0.5b-instruct) GGUF=$dir/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf ;;
+    qwen2.5-coder-1.5b-instruct) GGUF=$dir/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf ;;
+    *) die "unknown model '$MODEL' (smollm2-135m-instruct, qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct; docs/models.md)" ;;
+  esac
+  [ -f "$GGUF" ] || die "$GGUF missing: run scripts/fetch_models.sh (docs/models.md)"
+  local b
+  for b in tandem tandem-router tandem-prefill tandem-decode tandem-replay; do
+    [ -x "build/bin/$b" ] || die "build/bin/$b missing: cmake --build build --target $b"
+  done
+  command -v curl >/dev/null || die "'curl' is not on PATH"
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# tandem_config KIND: the `tandem up` YAML on stdout for KIND colocated or
+# disaggregated, THREADS compute threads and SLOTS running sequences in all:
+#   colocated      THREADS workers x 1 thread, max_running SLOTS/THREADS each
+#   disaggregated  1 prefill (THREADS/2 threads) + 1 decode worker (THREADS/2
+#                  threads, max_running SLOTS)
+# KV for every slot's longest sequence (CTX tokens) in 16-token blocks.
+tandem_config() {
+  local kind=$1
+  echo "model: $MODEL"
+  echo "host: 127.0.0.1"
+  echo "internal_tls: dev"
+  echo "health_timeout: 300s"
+  echo "grace: 15s"
+  echo "router: {grpc_port: 0, http_port: 0, mode: $kind, limits: {max_inflight: 64}}"
+  if [ "$kind" = colocated ]; then
+    local per_worker=$((SLOTS / THREADS))
+    cat <<YAML
+colocated:
+  replicas: $THREADS
+  config:
+    threads: 1
+    kv_blocks: $(((per_worker * CTX + 15) / 16))
+    block_size: 16
+    max_running: $per_worker
+    heartbeat_interval: 1s
+YAML
+  else
+    local half=$((THREADS / 2)) blocks=$(((SLOTS * CTX + 15) / 16))
+    cat <<YAML
+prefill:
+  replicas: 1
+  config:
+    threads: $half
+    kv_blocks: $blocks
+    block_size: 16
+    chunk_size: 256
+    heartbeat_interval: 1s
+decode:
+  replicas: 1
+  config:
+    threads: $half
+    kv_blocks: $blocks
+    block_size: 16
+    max_running: $SLOTS
+    reservation_deadline: 30s
+    heartbeat_interval: 1s
+YAML
+  fi
+}
+
+server_pid=""
+server_kind=""
+
+# start_server KIND: brings up KIND (colocated, disaggregated: `tandem up`;
+# llama-server: bench/peer/llama_server.sh with -t THREADS -np SLOTS) and sets
+# server_pid, GRPC_TARGET (Tandem only) and HTTP_TARGET (HOST:PORT).
+start_server() {
+  local kind=$1
+  server_kind=$kind
+  GRPC_TARGET=""
+  if [ "$kind" = llama-server ]; then
+    local port
+    port=$(free_port)
+    server_pid=$(TANDEM_PEER_LOG="$OUT/llama-server.log" \
+      bench/peer/llama_server.sh "$GGUF" "$port" "$THREADS" "$SLOTS" "$CTX")
+    HTTP_TARGET=127.0.0.1:$port
+    return
+  fi
+  tandem_config "$kind" >"$OUT/$kind.yaml"
+  build/bin/tandem up "$OUT/$kind.yaml" >"$OUT/$kind.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 1 1500); do
+    grep -q "cluster ready" "$OUT/$kind.log" && break
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  grep -q "cluster ready" "$OUT/$kind.log" || {
+    tail -n 30 "$OUT/$kind.log" >&2
+    die "tandem up ($kind) did not become ready (log: $OUT/$kind.log)"
+  }
+  GRPC_TARGET=$(sed -n 's/^  router *gRPC \([^ ]*\).*/\1/p' "$OUT/$kind.log" | head -1)
+  HTTP_TARGET=$(sed -n 's/^  router *gRPC [^ ]* *HTTP http:\/\/\([^ ]*\).*/\1/p' "$OUT/$kind.log" | head -1)
+}
+
+# stop_server: stops what start_server started (SIGTERM, then SIGKILL after 20 s).
+stop_server() {
+  if [ -n "$server_pid" ]; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    # tandem up is our child; llama-server is not (setsid), so poll for it too.
+    wait "$server_pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+      kill -0 "$server_pid" 2>/dev/null || break
+      sleep 0.2
+    done
+    kill -KILL "$server_pid" 2>/dev/null || true
+  fi
+  server_pid=""
+}

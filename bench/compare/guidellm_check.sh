@@ -5,7 +5,8 @@
 # lengths against the same router's OpenAI front, and their TTFT and
 # inter-token latency medians are compared (target: within 15 %).
 #
-#   bench/compare/guidellm_check.sh [--model NAME] [--system colocated|disaggregated|llama-server]
+#   bench/compare/guidellm_check.sh [--model NAME]
+#       [--system colocated|disaggregated|llama-server|mock]
 #       [--rate R] [--prompt-tokens P] [--output-tokens O] [--requests N]
 #       [--reps K] [--out DIR]
 #
@@ -19,6 +20,9 @@
 #    runs with HF_HUB_OFFLINE=1.
 # 3. The system (default a colocated `tandem up` cluster as bench/compare/compare.sh
 #    brings up: 2 workers x 1 thread) on 127.0.0.1.
+#    --system mock is GuideLLM's own mock server (`guidellm mock-server`) with
+#    a known TTFT (200 ms) and ITL (20 ms): the ground truth that tells which
+#    tool measures wrong where they disagree.
 # 4. K times, alternating: GuideLLM unchanged (`guidellm run`, openai_http
 #    backend on /v1/completions, constant profile at R requests/s, synthetic
 #    text of P prompt tokens and O output tokens, N requests), then
@@ -71,7 +75,7 @@ for pair in "--prompt-tokens:$PROMPT_TOKENS" "--output-tokens:$OUTPUT_TOKENS" \
   [[ ${pair#*:} =~ ^[1-9][0-9]*$ ]] || die "${pair%%:*} must be a positive integer, got '${pair#*:}'"
 done
 [[ $RATE =~ ^[0-9]*\.?[0-9]+$ ]] || die "--rate must be a positive number, got '$RATE'"
-case "$SYSTEM" in colocated | disaggregated | llama-server) ;; *) die "unknown --system '$SYSTEM'" ;; esac
+case "$SYSTEM" in colocated | disaggregated | llama-server | mock) ;; *) die "unknown --system '$SYSTEM'" ;; esac
 resolve_model
 CTX=$((PROMPT_TOKENS + OUTPUT_TOKENS + 16))
 
@@ -90,7 +94,24 @@ fi
 mkdir -p "$OUT"
 trap stop_server EXIT
 trap 'exit 130' INT TERM
-start_server "$SYSTEM"
+model_flag=()
+if [ "$SYSTEM" = mock ]; then
+  # The mock answers with a 200 ms TTFT and 20 ms between tokens; it needs
+  # the model named in each request.
+  port=$(free_port)
+  setsid "$venv/bin/guidellm" mock-server --host 127.0.0.1 --port "$port" --model "$MODEL" \
+    --ttft-ms 200 --itl-ms 20 --output-tokens "$OUTPUT_TOKENS" </dev/null >"$OUT/mock.log" 2>&1 &
+  server_pid=$!
+  HTTP_TARGET=127.0.0.1:$port
+  for _ in $(seq 1 300); do
+    curl -sf -o /dev/null --max-time 2 "http://$HTTP_TARGET/health" && break
+    kill -0 "$server_pid" 2>/dev/null || die "guidellm mock-server exited (log: $OUT/mock.log)"
+    sleep 0.5
+  done
+  model_flag=(--model "$MODEL")
+else
+  start_server "$SYSTEM"
+fi
 echo "guidellm_check: $SYSTEM on http://$HTTP_TARGET, $MODEL, $RATE rps, $PROMPT_TOKENS in," \
   "$OUTPUT_TOKENS out, $REQUESTS requests x $REPS, results in $OUT" >&2
 lscpu | grep 'Model name' >"$OUT/cpu.txt" || true
@@ -111,7 +132,7 @@ for rep in $(seq 1 "$REPS"); do
   uptime >"$OUT/uptime.replay-$rep"
   build/bin/tandem-replay --target "$HTTP_TARGET" --protocol http --tokenizer "$GGUF" \
     --arrival gamma --burstiness 1e6 --rate "$RATE" --input-tokens "$PROMPT_TOKENS" \
-    --output-tokens "$OUTPUT_TOKENS" --max-requests "$REQUESTS" --grace 60 \
+    --output-tokens "$OUTPUT_TOKENS" --max-requests "$REQUESTS" --grace 60 "${model_flag[@]}" \
     --progress lines --plot=false --output "$OUT/replay-$rep" \
     >"$OUT/replay-$rep.log" 2>&1 ||
     die "tandem-replay failed (log: $OUT/replay-$rep.log): $(tail -n 5 "$OUT/replay-$rep.log")"

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""GuideLLM vs tandem-replay medians of a bench/compare/guidellm_check.sh run.
+
+    python3 bench/compare/guidellm_compare.py OUT_DIR
+
+Reads OUT_DIR/guidellm-K.json (GuideLLM's JSON report) and OUT_DIR/replay-K/
+(tandem-replay's summary.json and requests.jsonl) for every rep K and prints a
+Markdown table. Definitions differ, so each statistic is also recomputed from
+the other tool's per-request times:
+
+  TTFT        GuideLLM: first_token_iteration - request_start;
+              tandem-replay: first_token_s - send_s. Same definition.
+  ITL (GL)    GuideLLM's "ITL": per request (last token - first token) /
+              (output_tokens - 1), then the median over requests; this is
+              what vLLM's benchmark_serving calls TPOT.
+  TPOT (TR)   tandem-replay's TPOT: per request (end - first token) /
+              (output_tokens - 1): the same but to the stream's end ([DONE])
+              instead of the last token.
+  ITL (TR)    tandem-replay's ITL: every gap between consecutive SSE events,
+              pooled over requests (one gap per event on HTTP).
+  TPOT (GL)   GuideLLM's "TPOT": (last token - request_start) / output_tokens,
+              first token included.
+
+Standard library only (python3 first on PATH).
+"""
+import glob
+import json
+import os
+import statistics
+import sys
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def guidellm_requests(path):
+    """Per-request times (seconds) of a GuideLLM JSON report's successful requests."""
+    with open(path, encoding="utf-8") as f:
+        report = json.load(f)
+    bench = report["benchmarks"][0]
+    rows = []
+    for r in bench["requests"]["successful"]:
+        t = r["info"]["timings"]
+        out = r.get("output_tokens") or r["output_metrics"].get("text_tokens")
+        rows.append({
+            "start": t["request_start"],
+            "first": t["first_token_iteration"],
+            "last": t["last_token_iteration"],
+            "end": t["request_end"],
+            "out": out,
+            "chunks": t.get("token_iterations"),
+        })
+    metrics = bench["metrics"]
+    own = {
+        "ttft": metrics["time_to_first_token_ms"]["successful"]["median"] / 1000,
+        "itl_gl": metrics["inter_token_latency_ms"]["successful"]["median"] / 1000,
+        "tpot_gl": metrics["time_per_output_token_ms"]["successful"]["median"] / 1000,
+    }
+    errored = len(bench["requests"].get("errored", []))
+    return rows, own, errored
+
+
+def replay_requests(directory):
+    """Per-request times (seconds) of tandem-replay's OK requests, and its own medians."""
+    rows = []
+    with open(os.path.join(directory, "requests.jsonl"), encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            if not r["ok"]:
+                continue
+            chunks = r.get("chunk_times_s") or []
+            rows.append({
+                "start": r["send_s"],
+                "first": r["first_token_s"],
+                "last": chunks[-1] if chunks else None,
+                "end": r["end_s"],
+                "out": r["output_tokens"],
+                "chunks": len(chunks),
+            })
+    with open(os.path.join(directory, "summary.json"), encoding="utf-8") as f:
+        s = json.load(f)
+    own = {"ttft": s["ttft_s"]["p50"], "tpot_tr": s["tpot_s"]["p50"], "itl_tr": s["itl_s"]["p50"]}
+    return rows, own, s["requests_error"]
+
+
+def derived(rows):
+    """Every statistic, computed the same way from per-request times."""
+    def per(f):
+        return median([f(r) for r in rows if r["first"] is not None and r["out"]])
+
+    return {
+        "ttft": per(lambda r: r["first"] - r["start"]),
+        "itl_gl": per(lambda r: (r["last"] - r["first"]) / (r["out"] - 1)
+                      if r["out"] > 1 and r["last"] is not None else None),
+        "tpot_tr": per(lambda r: (r["end"] - r["first"]) / (r["out"] - 1) if r["out"] > 1 else None),
+        "tpot_gl": per(lambda r: (r["last"] - r["start"]) / r["out"] if r["last"] is not None else None),
+        "e2e": per(lambda r: r["end"] - r["start"]),
+        "tokens_per_chunk": per(lambda r: r["out"] / r["chunks"] if r["chunks"] else None),
+    }
+
+
+def fmt(v):
+    return "–" if v is None else f"{1000 * v:.1f}"
+
+
+def diff(a, b):
+    return "–" if a is None or b is None or a == 0 else f"{100 * (b / a - 1):+.1f} %"
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: guidellm_compare.py OUT_DIR")
+    out = sys.argv[1]
+    reps = sorted(int(p[len(os.path.join(out, "guidellm-")):-len(".json")])
+                  for p in glob.glob(os.path.join(out, "guidellm-*.json")))
+    if not reps:
+        sys.exit(f"guidellm_compare: no guidellm-K.json in {out}")
+    names = [
+        ("ttft", "TTFT median"),
+        ("itl_gl", "ITL median, GuideLLM's definition (per-request (last-first)/(n-1))"),
+        ("tpot_tr", "TPOT median, tandem-replay's definition (per-request (end-first)/(n-1))"),
+        ("tpot_gl", "TPOT median, GuideLLM's definition ((last-start)/n)"),
+        ("e2e", "E2E median"),
+    ]
+    for rep in reps:
+        g_rows, g_own, g_err = guidellm_requests(os.path.join(out, f"guidellm-{rep}.json"))
+        r_rows, r_own, r_err = replay_requests(os.path.join(out, f"replay-{rep}"))
+        g, r = derived(g_rows), derived(r_rows)
+        print(f"### rep {rep}: GuideLLM {len(g_rows)} ok / {g_err} errored, "
+              f"tandem-replay {len(r_rows)} ok / {r_err} errored\n")
+        print("| statistic (ms) | GuideLLM: its report | GuideLLM: from its requests "
+              "| tandem-replay: its summary | tandem-replay: from its requests "
+              "| tandem-replay vs GuideLLM |")
+        print("|---|---|---|---|---|---|")
+        for key, label in names:
+            g_report = g_own.get(key)
+            r_report = r_own.get(key)
+            print(f"| {label} | {fmt(g_report)} | {fmt(g[key])} | {fmt(r_report)} | {fmt(r[key])} "
+                  f"| {diff(g[key], r[key])} |")
+        print(f"| ITL median, tandem-replay's definition (pooled SSE-event gaps) | – | – "
+              f"| {fmt(r_own['itl_tr'])} | – | – |")
+        print(f"\nTokens per SSE event (median over requests): GuideLLM "
+              f"{g['tokens_per_chunk'] or 0:.2f}, tandem-replay {r['tokens_per_chunk'] or 0:.2f}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -9,16 +9,21 @@
 #       [--slo ttft=2s,tpot=200ms] [--speedup-azure X] [--speedup-mooncake X]
 #       [--tandem-protocol http|grpc] [--out DIR]
 #
-# For each system in turn it brings the server up on 127.0.0.1 (a `tandem up`
-# cluster shaped like deploy/local/colocated.yaml or disaggregated.yaml,
-# written to a temp dir; or bench/peer/llama_server.sh), then for each trace:
-#   1. replays a slice of the trace (its own arrival times, sped up / slowed
-#      down for this machine, lengths scaled to the model): the "trace" row;
+# For each trace, it replays
+#   1. a slice of the trace (its own arrival times, slowed down or sped up for
+#      this machine, lengths scaled to the model): the "trace" row;
 #   2. a rate sweep: Poisson arrivals at each --rates value with the same
-#      trace's lengths, each run bounded by --max-requests and --seconds; the
-#      best goodput over the sweep is the system's max goodput.
-# Then it prints one side-by-side table per trace from the summary.json files
-# and writes it to DIR/table.md.
+#      trace's lengths in the same order; the best goodput over the sweep is
+#      the system's max goodput;
+# against each system in turn (interleaved, so a change in the machine's load
+# falls on all of them alike). Every run gets a fresh server on 127.0.0.1 (a
+# `tandem up` cluster shaped like deploy/local/colocated.yaml or
+# disaggregated.yaml, or bench/peer/llama_server.sh) and one warm-up request:
+# tandem-replay's prompts depend only on the request number (not --seed), so
+# a server kept across runs would answer the next run's prompts from its
+# prefix cache. Each run is bounded by --max-requests and --seconds (+ 30 s
+# grace for requests in flight). Then it prints one side-by-side table per
+# trace from the summary.json files, also written to DIR/table.md.
 #
 # Same resources for every system: THREADS compute threads in all
 # (--threads, default 2: the cores of this machine) and SLOTS concurrent
@@ -33,7 +38,7 @@
 # its OpenAI /v1/completions front (SSE; the same client code for all three
 # rows); --tandem-protocol grpc replays the Tandem clusters over gRPC instead.
 #
-# Defaults are sized for a 2-core machine and SmolLM2-135M (about 35 min in
+# Defaults are sized for a 2-core machine and SmolLM2-135M (about 30 min in
 # all); --max-requests / --seconds / --rates shrink it. Nothing listens on or
 # contacts anything but 127.0.0.1; every process started is stopped on exit.
 # Needs build/bin/{tandem,tandem-router,tandem-prefill,tandem-decode,
@@ -48,12 +53,12 @@ TRACES=azure,mooncake
 SYSTEMS=colocated,disaggregated,llama-server
 THREADS=2
 SLOTS=16
-MAX_REQUESTS=60
-SECONDS_PER_RUN=60
-RATES=0.5,1,2,4
+MAX_REQUESTS=30
+SECONDS_PER_RUN=30
+RATES=0.25,0.5,1,2
 SLO=ttft=2s,tpot=200ms
 SPEEDUP_AZURE=1
-SPEEDUP_MOONCAKE=1
+SPEEDUP_MOONCAKE=0.25
 TANDEM_PROTOCOL=http
 OUT=${TMPDIR:-/tmp}/tandem-compare-$(date -u +%Y%m%dT%H%M%SZ)
 
@@ -98,19 +103,19 @@ AZURE=$TRACE_DIR/azure-llm-inference-2023/AzureLLMInferenceTrace_code.csv
 MOONCAKE=$TRACE_DIR/mooncake-fast25/conversation_trace.jsonl
 PROMPTS=$TRACE_DIR/sharegpt-prompts-ml-energy/ShareGPT_V3_filtered_1000.json
 
-# Lengths scaled to a small model on a 2-core CPU (the traces were served by
+# Lengths scaled to SmolLM2-135M on a 2-core CPU (the traces were served by
 # large models on GPUs): the Azure code trace's prompts (median 1469 tokens)
-# at 1/4, at most 1024, its outputs (median 13) as they are, at most 64; the
-# Mooncake conversation trace's prompts (mean 12035) at 1/16 with 32-token
-# hash blocks (512/16, so its prefix sharing is kept), at most 2048, outputs
+# at 1/8, at most 512, its outputs (median 13) as they are, at most 64; the
+# Mooncake conversation trace's prompts (mean 12035) at 1/32 with 16-token
+# hash blocks (512/32, so its prefix sharing is kept), at most 1024, outputs
 # (mean 343) at 1/8, at most 64.
 trace_args() {
   case "$1" in
     azure)
-      echo "--trace $AZURE --input-scale 0.25 --max-input-tokens 1024 --max-output-tokens 64"
+      echo "--trace $AZURE --input-scale 0.125 --max-input-tokens 512 --max-output-tokens 64"
       ;;
     mooncake)
-      echo "--trace $MOONCAKE --input-scale 0.0625 --hash-block-tokens 32 --max-input-tokens 2048
+      echo "--trace $MOONCAKE --input-scale 0.03125 --hash-block-tokens 16 --max-input-tokens 1024
             --output-scale 0.125 --max-output-tokens 64"
       ;;
   esac
@@ -121,19 +126,22 @@ speedup_of() {
     mooncake) echo "$SPEEDUP_MOONCAKE" ;;
   esac
 }
-CTX=$((2048 + 64 + 16)) # llama-server context per slot: the longest prompt + output (+ BOS)
+CTX=$((1024 + 64 + 16)) # context per slot: the longest prompt + output (+ BOS)
 
 mkdir -p "$OUT"
 trap stop_server EXIT
 trap 'exit 130' INT TERM
 
-# replay NAME ARGS...: one tandem-replay run into $OUT/$trace/$kind/NAME.
+# replay KIND NAME ARGS...: a fresh KIND server, one tandem-replay run into
+# $OUT/$trace/KIND/NAME, the server stopped.
 replay() {
-  local name=$1
-  shift
-  local dir=$OUT/$trace/$server_kind/$name
+  local kind=$1 name=$2
+  shift 2
+  local dir=$OUT/$trace/$kind/$name
   mkdir -p "$dir"
-  echo "compare: $trace / $server_kind / $name ($(uptime | sed 's/.*load/load/'))" >&2
+  LOG_DIR=$dir
+  start_server "$kind"
+  echo "compare: $trace / $kind / $name ($(uptime | sed 's/.*load/load/'))" >&2
   uptime >"$dir/uptime.before"
   local target=$HTTP_TARGET protocol=http
   if [ "$TANDEM_PROTOCOL" = grpc ] && [ -n "$GRPC_TARGET" ]; then
@@ -146,6 +154,7 @@ replay() {
     >"$dir/stdout.txt" 2>"$dir/stderr.txt" ||
     die "tandem-replay failed ($dir/stderr.txt): $(tail -n 3 "$dir/stderr.txt")"
   uptime >"$dir/uptime.after"
+  stop_server
 }
 
 IFS=, read -r -a systems <<<"$SYSTEMS"
@@ -155,18 +164,20 @@ echo "compare: $MODEL ($GGUF), $THREADS threads and $SLOTS slots per system, res
 lscpu | grep 'Model name' >"$OUT/cpu.txt" || true
 for kind in "${systems[@]}"; do
   case "$kind" in colocated | disaggregated | llama-server) ;; *) die "unknown system '$kind'" ;; esac
-  start_server "$kind"
-  for trace in "${traces[@]}"; do
-    case "$trace" in azure | mooncake) ;; *) die "unknown trace '$trace'" ;; esac
-    speedup=$(speedup_of "$trace")
+done
+for trace in "${traces[@]}"; do
+  case "$trace" in azure | mooncake) ;; *) die "unknown trace '$trace'" ;; esac
+  speedup=$(speedup_of "$trace")
+  for kind in "${systems[@]}"; do
     # Trace time: SECONDS_PER_RUN of wall time is SECONDS_PER_RUN * speedup of trace.
-    replay trace --speedup "$speedup" \
+    replay "$kind" trace --speedup "$speedup" \
       --duration "$(python3 -c "print($SECONDS_PER_RUN * $speedup)")"
-    for rate in "${rates[@]}"; do
-      replay "rate-$rate" --arrival poisson --rate "$rate" --duration "$SECONDS_PER_RUN"
+  done
+  for rate in "${rates[@]}"; do
+    for kind in "${systems[@]}"; do
+      replay "$kind" "rate-$rate" --arrival poisson --rate "$rate" --duration "$SECONDS_PER_RUN"
     done
   done
-  stop_server
 done
 
 python3 "$ROOT/bench/compare/compare_table.py" "$OUT" | tee "$OUT/table.md"

@@ -2,8 +2,8 @@
 # (sourced, from the repository root): model resolution and starting and
 # stopping a `tandem up` cluster or llama-server on 127.0.0.1.
 #
-# Callers set MODEL, THREADS, SLOTS, CTX and OUT, and call `trap stop_server
-# EXIT` (or a cleanup that calls it).
+# Callers set MODEL, THREADS, SLOTS, CTX and LOG_DIR (configs and server
+# logs), and call `trap stop_server EXIT` (or a cleanup that calls it).
 
 die() {
   echo "$(basename "$0" .sh): error: $*" >&2
@@ -87,7 +87,9 @@ server_kind=""
 
 # start_server KIND: brings up KIND (colocated, disaggregated: `tandem up`;
 # llama-server: bench/peer/llama_server.sh with -t THREADS -np SLOTS) and sets
-# server_pid, GRPC_TARGET (Tandem only) and HTTP_TARGET (HOST:PORT).
+# server_pid, GRPC_TARGET (Tandem only) and HTTP_TARGET (HOST:PORT); then
+# sends one short warm-up completion (pages the model in; its prompt shares no
+# prefix with tandem-replay's).
 start_server() {
   local kind=$1
   server_kind=$kind
@@ -95,25 +97,34 @@ start_server() {
   if [ "$kind" = llama-server ]; then
     local port
     port=$(free_port)
-    server_pid=$(TANDEM_PEER_LOG="$OUT/llama-server.log" \
+    server_pid=$(TANDEM_PEER_LOG="$LOG_DIR/llama-server.log" \
       bench/peer/llama_server.sh "$GGUF" "$port" "$THREADS" "$SLOTS" "$CTX")
     HTTP_TARGET=127.0.0.1:$port
+    warm_up
     return
   fi
-  tandem_config "$kind" >"$OUT/$kind.yaml"
-  build/bin/tandem up "$OUT/$kind.yaml" >"$OUT/$kind.log" 2>&1 &
+  tandem_config "$kind" >"$LOG_DIR/$kind.yaml"
+  build/bin/tandem up "$LOG_DIR/$kind.yaml" >"$LOG_DIR/$kind.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 1 1500); do
-    grep -q "cluster ready" "$OUT/$kind.log" && break
+    grep -q "cluster ready" "$LOG_DIR/$kind.log" && break
     kill -0 "$server_pid" 2>/dev/null || break
     sleep 0.2
   done
-  grep -q "cluster ready" "$OUT/$kind.log" || {
-    tail -n 30 "$OUT/$kind.log" >&2
-    die "tandem up ($kind) did not become ready (log: $OUT/$kind.log)"
+  grep -q "cluster ready" "$LOG_DIR/$kind.log" || {
+    tail -n 30 "$LOG_DIR/$kind.log" >&2
+    die "tandem up ($kind) did not become ready (log: $LOG_DIR/$kind.log)"
   }
-  GRPC_TARGET=$(sed -n 's/^  router *gRPC \([^ ]*\).*/\1/p' "$OUT/$kind.log" | head -1)
-  HTTP_TARGET=$(sed -n 's/^  router *gRPC [^ ]* *HTTP http:\/\/\([^ ]*\).*/\1/p' "$OUT/$kind.log" | head -1)
+  GRPC_TARGET=$(sed -n 's/^  router *gRPC \([^ ]*\).*/\1/p' "$LOG_DIR/$kind.log" | head -1)
+  HTTP_TARGET=$(sed -n 's/^  router *gRPC [^ ]* *HTTP http:\/\/\([^ ]*\).*/\1/p' "$LOG_DIR/$kind.log" | head -1)
+  warm_up
+}
+
+warm_up() {
+  curl -sf -o /dev/null --max-time 120 "http://$HTTP_TARGET/v1/completions" \
+    -H 'Content-Type: application/json' \
+    -d '{"prompt": "Warm-up: 1 2 3 4 5 6 7 8", "max_tokens": 4, "temperature": 0}' ||
+    die "the warm-up completion on http://$HTTP_TARGET failed"
 }
 
 # stop_server: stops what start_server started (SIGTERM, then SIGKILL after 20 s).

@@ -92,6 +92,7 @@ if [ ! -f "$tokdir/tokenizer.json" ]; then
 fi
 
 mkdir -p "$OUT"
+LOG_DIR=$OUT
 trap stop_server EXIT
 trap 'exit 130' INT TERM
 model_flag=()

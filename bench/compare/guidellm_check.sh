@@ -30,7 +30,9 @@
 #    (gamma, burstiness 1e6: coefficient of variation 0.001), the same P, O, N.
 # 5. bench/compare/guidellm_compare.py prints the medians side by side (both
 #    tools' own numbers, and each statistic recomputed from the other tool's
-#    per-request times, so definitions and measurements are told apart).
+#    per-request times, so definitions and measurements are told apart), and,
+#    on a Tandem system, the router's own medians over each tool's window
+#    (router.log): whether a difference is in the server or in a client.
 #
 # Everything stays on 127.0.0.1; every process started is stopped on exit.
 set -euo pipefail
@@ -139,5 +141,10 @@ for rep in $(seq 1 "$REPS"); do
     die "tandem-replay failed (log: $OUT/replay-$rep.log): $(tail -n 5 "$OUT/replay-$rep.log")"
 done
 stop_server
+# The router's log (one line per request with its own TTFT, TPOT, E2E).
+if [ "$SYSTEM" = colocated ] || [ "$SYSTEM" = disaggregated ]; then
+  logs=$(sed -n 's/^tandem up: starting .*; logs in \(.*\)$/\1/p' "$LOG_DIR/$SYSTEM.log" | head -1)
+  cp "$logs/router.log" "$OUT/router.log" 2>/dev/null || echo "guidellm_check: no router.log in '$logs'" >&2
+fi
 
 python3 bench/compare/guidellm_compare.py "$OUT" | tee "$OUT/compare.md"

@@ -21,11 +21,20 @@ the other tool's per-request times:
   TPOT (GL)   GuideLLM's "TPOT": (last token - request_start) / output_tokens,
               first token included.
 
+With OUT_DIR/router.log (a Tandem system: the router's log, one line per
+finished request with its own ttft_s, tpot_s and e2e_s, measured inside the
+server from the request's arrival), the router's medians over each tool's
+window are printed too: a third measurement, free of either client, that says
+whether a difference between the tools is in the server or in a client. The
+lines are split by order: one warm-up request, then per rep GuideLLM's
+requests, then tandem-replay's (the runs do not overlap).
+
 Standard library only (python3 first on PATH).
 """
 import glob
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -85,6 +94,25 @@ def replay_requests(directory):
     return rows, own, s["requests_error"]
 
 
+def router_windows(path, counts):
+    """Router-side medians (seconds) of consecutive windows of `counts` requests."""
+    lines = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if " request request_id=" in line:
+                lines.append({k: float(re.search(f" {k}=([0-9.]+)", line).group(1))
+                              for k in ("ttft_s", "tpot_s", "e2e_s")})
+    lines = lines[1:]  # the warm-up request
+    windows, start = [], 0
+    for n in counts:
+        w = lines[start:start + n]
+        start += n
+        windows.append({"ttft": median([r["ttft_s"] for r in w]),
+                        "tpot_tr": median([r["tpot_s"] for r in w if r["tpot_s"] > 0]),
+                        "e2e": median([r["e2e_s"] for r in w]), "n": len(w)})
+    return windows
+
+
 def derived(rows):
     """Every statistic, computed the same way from per-request times."""
     def per(f):
@@ -124,9 +152,17 @@ def main():
         ("tpot_gl", "TPOT median, GuideLLM's definition ((last-start)/n)"),
         ("e2e", "E2E median"),
     ]
+    loaded = {}
+    counts = []
     for rep in reps:
-        g_rows, g_own, g_err = guidellm_requests(os.path.join(out, f"guidellm-{rep}.json"))
-        r_rows, r_own, r_err = replay_requests(os.path.join(out, f"replay-{rep}"))
+        g = guidellm_requests(os.path.join(out, f"guidellm-{rep}.json"))
+        r = replay_requests(os.path.join(out, f"replay-{rep}"))
+        loaded[rep] = (g, r)
+        counts += [len(g[0]) + g[2], len(r[0]) + r[2]]
+    router_log = os.path.join(out, "router.log")
+    windows = router_windows(router_log, counts) if os.path.exists(router_log) else None
+    for i, rep in enumerate(reps):
+        (g_rows, g_own, g_err), (r_rows, r_own, r_err) = loaded[rep]
         g, r = derived(g_rows), derived(r_rows)
         print(f"### rep {rep}: GuideLLM {len(g_rows)} ok / {g_err} errored, "
               f"tandem-replay {len(r_rows)} ok / {r_err} errored\n")
@@ -141,6 +177,19 @@ def main():
                   f"| {diff(g[key], r[key])} |")
         print(f"| ITL median, tandem-replay's definition (pooled SSE-event gaps) | – | – "
               f"| {fmt(r_own['itl_tr'])} | – | – |")
+        if windows is not None:
+            gw, rw = windows[2 * i], windows[2 * i + 1]
+            print(f"\nThe router's own medians (router.log) in each tool's window "
+                  f"({gw['n']} and {rw['n']} requests):\n")
+            print("| statistic (ms) | router, GuideLLM's window | GuideLLM − router "
+                  "| router, tandem-replay's window | tandem-replay − router |")
+            print("|---|---|---|---|---|")
+            for key, label, gv, rv in (("ttft", "TTFT median", g["ttft"], r["ttft"]),
+                                       ("tpot_tr", "TPOT median ((end-first)/(n-1))",
+                                        g["tpot_tr"], r["tpot_tr"]),
+                                       ("e2e", "E2E median", g["e2e"], r["e2e"])):
+                print(f"| {label} | {fmt(gw[key])} | {fmt(gv - gw[key])} | {fmt(rw[key])} "
+                      f"| {fmt(rv - rw[key])} |")
         print(f"\nTokens per SSE event (median over requests): GuideLLM "
               f"{g['tokens_per_chunk'] or 0:.2f}, tandem-replay {r['tokens_per_chunk'] or 0:.2f}\n")
 

@@ -122,7 +122,10 @@ lscpu | grep 'Model name' >"$OUT/cpu.txt" || true
 for rep in $(seq 1 "$REPS"); do
   echo "guidellm_check: rep $rep: guidellm ($(uptime | sed 's/.*load/load/'))" >&2
   uptime >"$OUT/uptime.guidellm-$rep"
-  "$venv/bin/guidellm" run \
+  # CPU seconds each client used (/usr/bin/time): on a small machine the
+  # client competes with the server for the same cores.
+  /usr/bin/time -o "$OUT/cpu.guidellm-$rep" -f "%e s wall, %U s user, %S s sys" \
+    "$venv/bin/guidellm" run \
     --backend "kind=openai_http,target=http://$HTTP_TARGET,request_format=/v1/completions" \
     --profile "kind=constant,rate=$RATE" \
     --data "kind=synthetic_text,prompt_tokens=$PROMPT_TOKENS,output_tokens=$OUTPUT_TOKENS" \
@@ -133,7 +136,8 @@ for rep in $(seq 1 "$REPS"); do
     die "guidellm failed (log: $OUT/guidellm-$rep.log): $(tail -n 5 "$OUT/guidellm-$rep.log")"
   echo "guidellm_check: rep $rep: tandem-replay ($(uptime | sed 's/.*load/load/'))" >&2
   uptime >"$OUT/uptime.replay-$rep"
-  build/bin/tandem-replay --target "$HTTP_TARGET" --protocol http --tokenizer "$GGUF" \
+  /usr/bin/time -o "$OUT/cpu.replay-$rep" -f "%e s wall, %U s user, %S s sys" \
+    build/bin/tandem-replay --target "$HTTP_TARGET" --protocol http --tokenizer "$GGUF" \
     --arrival gamma --burstiness 1e6 --rate "$RATE" --input-tokens "$PROMPT_TOKENS" \
     --output-tokens "$OUTPUT_TOKENS" --max-requests "$REQUESTS" --grace 60 "${model_flag[@]}" \
     --progress lines --plot=false --output "$OUT/replay-$rep" \

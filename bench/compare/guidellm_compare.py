@@ -190,6 +190,11 @@ def main():
                                        ("e2e", "E2E median", g["e2e"], r["e2e"])):
                 print(f"| {label} | {fmt(gw[key])} | {fmt(gv - gw[key])} | {fmt(rw[key])} "
                       f"| {fmt(rv - rw[key])} |")
+        for tool in ("guidellm", "replay"):
+            cpu = os.path.join(out, f"cpu.{tool}-{rep}")
+            if os.path.exists(cpu):
+                with open(cpu, encoding="utf-8") as f:
+                    print(f"\nClient process ({tool}): {f.read().strip()}")
         print(f"\nTokens per SSE event (median over requests): GuideLLM "
               f"{g['tokens_per_chunk'] or 0:.2f}, tandem-replay {r['tokens_per_chunk'] or 0:.2f}\n")
 

@@ -107,7 +107,7 @@ start_server() {
   build/bin/tandem up "$LOG_DIR/$kind.yaml" >"$LOG_DIR/$kind.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 1 1500); do
-    grep -q "cluster ready" "$LOG_DIR/$kind.log" && break
+    grep -qs "cluster ready" "$LOG_DIR/$kind.log" && break
     kill -0 "$server_pid" 2>/dev/null || break
     sleep 0.2
   done

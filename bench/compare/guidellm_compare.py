@@ -68,7 +68,10 @@ def guidellm_requests(path):
         "tpot_gl": metrics["time_per_output_token_ms"]["successful"]["median"] / 1000,
     }
     errored = len(bench["requests"].get("errored", []))
-    return rows, own, errored
+    # Requests GuideLLM sent: its report can lack one still in flight when the
+    # run ended (scheduler_state.processing_requests), which the server saw.
+    sent = bench.get("scheduler_state", {}).get("created_requests", len(rows) + errored)
+    return rows, own, errored, sent
 
 
 def replay_requests(directory):
@@ -91,7 +94,7 @@ def replay_requests(directory):
     with open(os.path.join(directory, "summary.json"), encoding="utf-8") as f:
         s = json.load(f)
     own = {"ttft": s["ttft_s"]["p50"], "tpot_tr": s["tpot_s"]["p50"], "itl_tr": s["itl_s"]["p50"]}
-    return rows, own, s["requests_error"]
+    return rows, own, s["requests_error"], s["requests_sent"]
 
 
 def router_windows(path, counts):
@@ -158,14 +161,14 @@ def main():
         g = guidellm_requests(os.path.join(out, f"guidellm-{rep}.json"))
         r = replay_requests(os.path.join(out, f"replay-{rep}"))
         loaded[rep] = (g, r)
-        counts += [len(g[0]) + g[2], len(r[0]) + r[2]]
+        counts += [g[3], r[3]]
     router_log = os.path.join(out, "router.log")
     windows = router_windows(router_log, counts) if os.path.exists(router_log) else None
     for i, rep in enumerate(reps):
-        (g_rows, g_own, g_err), (r_rows, r_own, r_err) = loaded[rep]
+        (g_rows, g_own, g_err, g_sent), (r_rows, r_own, r_err, r_sent) = loaded[rep]
         g, r = derived(g_rows), derived(r_rows)
-        print(f"### rep {rep}: GuideLLM {len(g_rows)} ok / {g_err} errored, "
-              f"tandem-replay {len(r_rows)} ok / {r_err} errored\n")
+        print(f"### rep {rep}: GuideLLM {g_sent} sent, {len(g_rows)} ok / {g_err} errored in its "
+              f"report; tandem-replay {r_sent} sent, {len(r_rows)} ok / {r_err} errored\n")
         print("| statistic (ms) | GuideLLM: its report | GuideLLM: from its requests "
               "| tandem-replay: its summary | tandem-replay: from its requests "
               "| tandem-replay vs GuideLLM |")

@@ -38,7 +38,7 @@
 # its OpenAI /v1/completions front (SSE; the same client code for all three
 # rows); --tandem-protocol grpc replays the Tandem clusters over gRPC instead.
 #
-# Defaults are sized for a 2-core machine and SmolLM2-135M (about 30 min in
+# Defaults are sized for a 2-core machine and SmolLM2-135M (about 17 min in
 # all); --max-requests / --seconds / --rates shrink it. Nothing listens on or
 # contacts anything but 127.0.0.1; every process started is stopped on exit.
 # Needs build/bin/{tandem,tandem-router,tandem-prefill,tandem-decode,
@@ -65,34 +65,12 @@ OUT=${TMPDIR:-/tmp}/tandem-compare-$(date -u +%Y%m%dT%H%M%SZ)
 # shellcheck source=bench/compare/lib.sh
 . bench/compare/lib.sh
 
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --model) MODEL=$2 ;;
-    --traces) TRACES=$2 ;;
-    --systems) SYSTEMS=$2 ;;
-    --threads) THREADS=$2 ;;
-    --slots) SLOTS=$2 ;;
-    --max-requests) MAX_REQUESTS=$2 ;;
-    --seconds) SECONDS_PER_RUN=$2 ;;
-    --rates) RATES=$2 ;;
-    --slo) SLO=$2 ;;
-    --speedup-azure) SPEEDUP_AZURE=$2 ;;
-    --speedup-mooncake) SPEEDUP_MOONCAKE=$2 ;;
-    --tandem-protocol) TANDEM_PROTOCOL=$2 ;;
-    --out) OUT=$2 ;;
-    -h | --help)
-      sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'
-      exit 0
-      ;;
-    *) die "unknown argument '$1' (try --help)" ;;
-  esac
-  [ $# -ge 2 ] || die "$1 needs a value"
-  shift 2
-done
-for pair in "--threads:$THREADS" "--slots:$SLOTS" "--max-requests:$MAX_REQUESTS" \
-  "--seconds:$SECONDS_PER_RUN"; do
-  [[ ${pair#*:} =~ ^[1-9][0-9]*$ ]] || die "${pair%%:*} must be a positive integer, got '${pair#*:}'"
-done
+parse_flags 2,46 --model=MODEL --traces=TRACES --systems=SYSTEMS --threads=THREADS \
+  --slots=SLOTS --max-requests=MAX_REQUESTS --seconds=SECONDS_PER_RUN --rates=RATES --slo=SLO \
+  --speedup-azure=SPEEDUP_AZURE --speedup-mooncake=SPEEDUP_MOONCAKE \
+  --tandem-protocol=TANDEM_PROTOCOL --out=OUT -- "$@"
+require_positive_ints "--threads:$THREADS" "--slots:$SLOTS" "--max-requests:$MAX_REQUESTS" \
+  "--seconds:$SECONDS_PER_RUN"
 ((THREADS % 2 == 0)) || die "--threads must be even (disaggregated splits it between prefill and decode)"
 ((SLOTS % THREADS == 0)) || die "--slots must be a multiple of --threads (colocated splits it between workers)"
 

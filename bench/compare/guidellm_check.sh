@@ -53,29 +53,10 @@ GUIDELLM_VERSION=0.8.1
 # shellcheck source=bench/compare/lib.sh
 . bench/compare/lib.sh
 
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --model) MODEL=$2 ;;
-    --system) SYSTEM=$2 ;;
-    --rate) RATE=$2 ;;
-    --prompt-tokens) PROMPT_TOKENS=$2 ;;
-    --output-tokens) OUTPUT_TOKENS=$2 ;;
-    --requests) REQUESTS=$2 ;;
-    --reps) REPS=$2 ;;
-    --out) OUT=$2 ;;
-    -h | --help)
-      sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'
-      exit 0
-      ;;
-    *) die "unknown argument '$1' (try --help)" ;;
-  esac
-  [ $# -ge 2 ] || die "$1 needs a value"
-  shift 2
-done
-for pair in "--prompt-tokens:$PROMPT_TOKENS" "--output-tokens:$OUTPUT_TOKENS" \
-  "--requests:$REQUESTS" "--reps:$REPS"; do
-  [[ ${pair#*:} =~ ^[1-9][0-9]*$ ]] || die "${pair%%:*} must be a positive integer, got '${pair#*:}'"
-done
+parse_flags 2,37 --model=MODEL --system=SYSTEM --rate=RATE --prompt-tokens=PROMPT_TOKENS \
+  --output-tokens=OUTPUT_TOKENS --requests=REQUESTS --reps=REPS --out=OUT -- "$@"
+require_positive_ints "--prompt-tokens:$PROMPT_TOKENS" "--output-tokens:$OUTPUT_TOKENS" \
+  "--requests:$REQUESTS" "--reps:$REPS"
 [[ $RATE =~ ^[0-9]*\.?[0-9]+$ ]] || die "--rate must be a positive number, got '$RATE'"
 case "$SYSTEM" in colocated | disaggregated | llama-server | mock) ;; *) die "unknown --system '$SYSTEM'" ;; esac
 resolve_model

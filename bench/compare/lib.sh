@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by bench/compare/compare.sh and bench/compare/guidellm_check.sh
 # (sourced, from the repository root): model resolution and starting and
 # stopping a `tandem up` cluster or llama-server on 127.0.0.1.
@@ -8,6 +9,39 @@
 die() {
   echo "$(basename "$0" .sh): error: $*" >&2
   exit 1
+}
+
+# parse_flags HELP_LINES --flag=VAR ... -- "$@": sets each VAR from a
+# "--flag VALUE" pair of the command line; -h / --help prints lines
+# HELP_LINES (sed range) of the script's header.
+parse_flags() {
+  local help=$1
+  shift
+  local -A vars=()
+  while [ "$1" != -- ]; do
+    vars[${1%%=*}]=${1#*=}
+    shift
+  done
+  shift
+  while [ $# -gt 0 ]; do
+    if [ "$1" = -h ] || [ "$1" = --help ]; then
+      sed -n "${help}p" "$0" | sed 's/^# \{0,1\}//'
+      exit 0
+    fi
+    [ -n "${vars[$1]:-}" ] || die "unknown argument '$1' (try --help)"
+    [ $# -ge 2 ] || die "$1 needs a value"
+    printf -v "${vars[$1]}" '%s' "$2"
+    shift 2
+  done
+}
+
+# require_positive_ints --flag:VALUE ...: dies naming the first flag whose
+# value is not a positive integer.
+require_positive_ints() {
+  local pair
+  for pair in "$@"; do
+    [[ ${pair#*:} =~ ^[1-9][0-9]*$ ]] || die "${pair%%:*} must be a positive integer, got '${pair#*:}'"
+  done
 }
 
 # resolve_model: GGUF = the file of model name MODEL, as engine::ResolveModelPath
@@ -83,7 +117,6 @@ YAML
 }
 
 server_pid=""
-server_kind=""
 
 # start_server KIND: brings up KIND (colocated, disaggregated: `tandem up`;
 # llama-server: bench/peer/llama_server.sh with -t THREADS -np SLOTS) and sets
@@ -92,7 +125,7 @@ server_kind=""
 # prefix with tandem-replay's).
 start_server() {
   local kind=$1
-  server_kind=$kind
+  # shellcheck disable=SC2034 # GRPC_TARGET is for the caller
   GRPC_TARGET=""
   if [ "$kind" = llama-server ]; then
     local port
@@ -115,6 +148,7 @@ start_server() {
     tail -n 30 "$LOG_DIR/$kind.log" >&2
     die "tandem up ($kind) did not become ready (log: $LOG_DIR/$kind.log)"
   }
+  # shellcheck disable=SC2034 # GRPC_TARGET is for the caller
   GRPC_TARGET=$(sed -n 's/^  router *gRPC \([^ ]*\).*/\1/p' "$LOG_DIR/$kind.log" | head -1)
   HTTP_TARGET=$(sed -n 's/^  router *gRPC [^ ]* *HTTP http:\/\/\([^ ]*\).*/\1/p' "$LOG_DIR/$kind.log" | head -1)
   warm_up

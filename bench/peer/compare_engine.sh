@@ -16,8 +16,8 @@
 # Models default to the three real models in
 # ${TANDEM_MODELS:-$HOME/.cache/tandem/models} (SmolLM2-135M Q4_1, Qwen2.5-
 # Coder-0.5B and -1.5B Q4_K_M; scripts/fetch_models.sh --qwen). llama.cpp comes
-# from bench/peer/build_llama_cpp.sh, tandem-generate and engine_benchmark from
-# ${BUILD:-build}/bin.
+# from bench/peer/build_llama_cpp.sh (or the folder $TANDEM_LLAMA_CPP_BIN names),
+# tandem-generate and engine_benchmark from ${BUILD:-build}/bin.
 # Raw results (one line per run: engine model threads test rep tok/s) go to
 # DIR/runs.tsv (default: a new temporary folder). Python: the python3 first on
 # PATH computes the medians.
@@ -54,7 +54,7 @@ for m in "${models[@]}"; do
 done
 generate=${BUILD:-build}/bin/tandem-generate
 [ -x "$generate" ] || die "$generate is missing; build it: cmake --build ${BUILD:-build} --target tandem-generate"
-bin=$("$(dirname "$0")/build_llama_cpp.sh")
+bin=${TANDEM_LLAMA_CPP_BIN:-$("$(dirname "$0")/build_llama_cpp.sh")}
 [ -n "$out" ] || out=$(mktemp -d "${TMPDIR:-/tmp}/compare_engine.XXXXXX")
 mkdir -p "$out"
 runs=$out/runs.tsv

@@ -299,11 +299,14 @@ absl::StatusOr<std::string> PromptSynthesizer::Solve(absl::string_view before,
       const std::string text = Cut(from, take, shape);
       int64_t got = 0;
       if (!text.empty()) {
-        ASSIGN_OR_RETURN(got, TokensInRange(absl::StrCat(before, text, after), before.size(),
-                                            before.size() + text.size()));
-        if (got < 0) {
-          break;  // merges with its neighbours; try another start
+        const absl::StatusOr<int64_t> in_range = TokensInRange(
+            absl::StrCat(before, text, after), before.size(), before.size() + text.size());
+        // A token crossing the edges (text that merges with its neighbours),
+        // or text the vocabulary cannot give back byte for byte: another start.
+        if (!in_range.ok() || *in_range < 0) {
+          break;
         }
+        got = *in_range;
       }
       if (got == tokens) {
         return text;

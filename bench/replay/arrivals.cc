@@ -24,9 +24,8 @@ absl::StatusOr<std::vector<double>> SyntheticArrivals(Arrival arrival, double ra
         absl::StrCat("burstiness (the gamma shape) ", burstiness, " must be > 0"));
   }
   if (max_requests < 0 || !(duration_s >= 0) || !std::isfinite(duration_s)) {
-    return absl::InvalidArgumentError(absl::StrCat("max_requests ", max_requests,
-                                                   " and duration ", duration_s,
-                                                   " s must be >= 0"));
+    return absl::InvalidArgumentError(absl::StrCat("max_requests ", max_requests, " and duration ",
+                                                   duration_s, " s must be >= 0"));
   }
   if (max_requests == 0 && duration_s == 0) {
     return absl::InvalidArgumentError(
@@ -36,9 +35,9 @@ absl::StatusOr<std::vector<double>> SyntheticArrivals(Arrival arrival, double ra
   const double expected = duration_s * rate;
   if ((max_requests == 0 || max_requests > kMaxSyntheticRequests) &&
       expected + 10 * std::sqrt(expected) > static_cast<double>(kMaxSyntheticRequests)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rate ", rate, "/s for ", duration_s, " s would send more than ", kMaxSyntheticRequests,
-        " requests; lower the rate or set max_requests"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rate ", rate, "/s for ", duration_s, " s would send more than ",
+                     kMaxSyntheticRequests, " requests; lower the rate or set max_requests"));
   }
   std::mt19937_64 rng(seed);
   // Gamma(shape k, scale 1/(rate k)) has mean 1/rate; k = 1 is exponential.
@@ -51,8 +50,8 @@ absl::StatusOr<std::vector<double>> SyntheticArrivals(Arrival arrival, double ra
       break;
     }
     if (static_cast<int64_t>(offsets.size()) >= kMaxSyntheticRequests) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "more than ", kMaxSyntheticRequests, " synthetic arrivals; set max_requests"));
+      return absl::InvalidArgumentError(absl::StrCat("more than ", kMaxSyntheticRequests,
+                                                     " synthetic arrivals; set max_requests"));
     }
     offsets.push_back(t);
     t += interval(rng);

@@ -43,7 +43,6 @@ uint64_t SplitMix64(uint64_t x) {
 }
 
 bool IsAsciiSpaceByte(char c) { return absl::ascii_isspace(static_cast<unsigned char>(c)); }
-bool IsAsciiAlnumByte(char c) { return absl::ascii_isalnum(static_cast<unsigned char>(c)); }
 
 // `s` without ill-formed UTF-8 (a cut may split a code point at either end).
 std::string DropIllFormedUtf8(absl::string_view s) {
@@ -84,7 +83,7 @@ constexpr Synonym kSynonyms[] = {
 };
 // Lead-in sentences of Paraphrase (chosen by `variant`).
 constexpr absl::string_view kLeadIns[] = {
-    "I have a question. ", "Here is what I need. ", "Please help me with this. ",
+    "I have a question. ", "Here is what I need. ",    "Please help me with this. ",
     "A request for you. ", "Could you look at this? ", "Something I am working on. ",
 };
 constexpr int kParaphraseWords = 64;
@@ -133,8 +132,7 @@ absl::StatusOr<std::vector<std::string>> LoadShareGptPrompts(const std::string& 
     for (const nlohmann::json& turn : *conversations) {
       const auto from = turn.is_object() ? turn.find("from") : turn.end();
       const auto value = turn.is_object() ? turn.find("value") : turn.end();
-      if (from == turn.end() || value == turn.end() || !from->is_string() ||
-          !value->is_string()) {
+      if (from == turn.end() || value == turn.end() || !from->is_string() || !value->is_string()) {
         return absl::InvalidArgumentError(absl::StrCat(
             path, ": element ", i, " has a turn without string \"from\" and \"value\""));
       }
@@ -238,8 +236,8 @@ std::string PromptSynthesizer::Cut(int64_t start, int64_t count, const Shape& sh
     ++begin;
   }
   size_t end = text.size();
-  if (shape.alnum_end) {
-    while (end > begin && !IsAsciiAlnumByte(text[end - 1])) {
+  if (shape.trim_end) {
+    while (end > begin && IsAsciiSpaceByte(text[end - 1])) {
       --end;
     }
   }
@@ -262,8 +260,8 @@ absl::StatusOr<int64_t> PromptSynthesizer::TokensInRange(absl::string_view text,
   }
   // SPM tokenizers add a prefix space the text does not have.
   if (pieces_bytes < text.size() || pieces_bytes > text.size() + 1) {
-    return absl::InternalError(absl::StrCat("tokens of a ", text.size(),
-                                            "-byte text decode to ", pieces_bytes, " bytes"));
+    return absl::InternalError(
+        absl::StrCat("tokens of a ", text.size(), "-byte text decode to ", pieces_bytes, " bytes"));
   }
   const size_t shift = pieces_bytes - text.size();
   int64_t count = 0;
@@ -275,8 +273,7 @@ absl::StatusOr<int64_t> PromptSynthesizer::TokensInRange(absl::string_view text,
     // A token of only the SPM prefix space (clamped to [0, 0)) belongs to
     // the text's start.
     const bool prefix_space_token = ends[i] <= shift;
-    if (prefix_space_token ? begin == 0 && end > 0
-                           : token_begin >= begin && token_end <= end) {
+    if (prefix_space_token ? begin == 0 && end > 0 : token_begin >= begin && token_end <= end) {
       ++count;
     }
     begin_found = begin_found || token_end == begin;
@@ -302,11 +299,14 @@ absl::StatusOr<std::string> PromptSynthesizer::Solve(absl::string_view before,
       const std::string text = Cut(from, take, shape);
       int64_t got = 0;
       if (!text.empty()) {
-        ASSIGN_OR_RETURN(got, TokensInRange(absl::StrCat(before, text, after), before.size(),
-                                            before.size() + text.size()));
-        if (got < 0) {
-          break;  // merges with its neighbours; try another start
+        const absl::StatusOr<int64_t> in_range = TokensInRange(
+            absl::StrCat(before, text, after), before.size(), before.size() + text.size());
+        // A token crossing the edges (text that merges with its neighbours),
+        // or text the vocabulary cannot give back byte for byte: another start.
+        if (!in_range.ok() || *in_range < 0) {
+          break;
         }
+        got = *in_range;
       }
       if (got == tokens) {
         return text;
@@ -321,8 +321,8 @@ absl::StatusOr<std::string> PromptSynthesizer::Solve(absl::string_view before,
       take = next;
     }
   }
-  return absl::InternalError(absl::StrCat("could not cut text of exactly ", tokens,
-                                          " tokens from the prompt corpus"));
+  return absl::InternalError(
+      absl::StrCat("could not cut text of exactly ", tokens, " tokens from the prompt corpus"));
 }
 
 absl::StatusOr<std::string> PromptSynthesizer::Block(uint64_t hash_id, int64_t block_tokens,
@@ -332,8 +332,7 @@ absl::StatusOr<std::string> PromptSynthesizer::Block(uint64_t hash_id, int64_t b
   }
   const int64_t n = corpus_tokens();
   const auto first_start = static_cast<int64_t>(SplitMix64(hash_id) % static_cast<uint64_t>(n));
-  // Probe far from a start that fails (text without an ASCII letter or digit
-  // to end on, e.g. a long CJK prompt) or is taken; the stride is prime.
+  // Probe far from a start that fails or is taken; the stride is prime.
   constexpr int64_t kProbeStride = 7919;
   constexpr int kProbes = 64;
   for (int probe = 0; probe < kProbes; ++probe) {
@@ -342,7 +341,7 @@ absl::StatusOr<std::string> PromptSynthesizer::Block(uint64_t hash_id, int64_t b
       continue;
     }
     auto text = Solve(first ? "" : kBlockBefore, kBlockAfter, block_tokens, start,
-                      Shape{.alnum_end = true, .suffix = kBlockSeparator});
+                      Shape{.trim_end = true, .suffix = kBlockSeparator});
     if (text.ok() && block_texts_.insert(*text).second) {
       blocks_.emplace(std::make_pair(hash_id, block_tokens), *text);
       return *std::move(text);
@@ -363,8 +362,8 @@ absl::StatusOr<Prompt> PromptSynthesizer::Compose(absl::Span<const uint64_t> has
     return absl::InvalidArgumentError(absl::StrCat("hash_block_tokens ", block_tokens,
                                                    " is below the minimum ", kMinBlockTokens));
   }
-  const int64_t whole = std::min<int64_t>(static_cast<int64_t>(hash_ids.size()),
-                                          tokens / block_tokens);
+  const int64_t whole =
+      std::min<int64_t>(static_cast<int64_t>(hash_ids.size()), tokens / block_tokens);
   std::string prefix;
   std::vector<size_t> prefix_ends = {0};
   for (int64_t i = 0; i < whole; ++i) {

@@ -10,18 +10,18 @@
 // is exactly the target.
 //
 // Blocks: the block of a hash id is content + "\n", where the content starts
-// with no whitespace and ends in an ASCII letter or digit. Those are
-// pre-tokenizer boundaries for the byte-level BPE pre-tokenizers (gpt2,
-// llama3, qwen2, smollm: a letter or digit run never absorbs a newline, a
-// lone newline is one piece before text or at the end, and a newline never
-// absorbs the next non-space), and SentencePiece vocabularies rarely merge
-// across a newline; so no token spans two blocks, and prompts sharing their
-// first k hash ids share a byte-identical text prefix and their first
-// k * block_tokens tokens. Each block is measured in place (between stand-in
-// neighbours, counting the tokens whose bytes fall inside it, and rejected
-// when a token crosses its edges), so it is exactly block_tokens tokens; the
-// whole prompt is counted again at the end. (Two newlines would not do: at
-// the end of a text the gpt2 pattern makes "\n\n" one token, before text two.)
+// and ends with no whitespace. For the byte-level BPE pre-tokenizers (gpt2,
+// llama3, qwen2, smollm) a newline after non-space and before non-space is a
+// piece boundary after it (it may join the punctuation before it, inside the
+// block), and it is one piece whether text or the end follows; SentencePiece
+// vocabularies rarely merge across a newline. So no token spans two blocks,
+// and prompts sharing their first k hash ids share a byte-identical text
+// prefix and their first k * block_tokens tokens. Each block is measured in
+// place (TokensInRange between stand-in neighbours, rejected when a token
+// crosses its edges), so it is exactly block_tokens tokens; the whole prompt
+// is counted again at the end. (Two newlines would not do: at the end of a
+// text the gpt2 pattern makes "\n\n" one token, before text two; nor would
+// trailing spaces, which join the newline at the end of a text only.)
 //
 // Not thread-safe (a cache of blocks); one per workload build.
 
@@ -87,17 +87,23 @@ class PromptSynthesizer {
   // tokens measured at the position of that first use).
   absl::StatusOr<std::string> Block(uint64_t hash_id, int64_t block_tokens, bool first);
 
+  // The number of tokens of `text` (encoded whole) whose bytes lie in
+  // [begin, end), or -1 when a token crosses begin or end (text there merges
+  // with its neighbours). A SentencePiece prefix-space token of its own
+  // belongs to the start of the text.
+  absl::StatusOr<int64_t> TokensInRange(absl::string_view text, size_t begin, size_t end) const;
+
   int64_t corpus_tokens() const { return static_cast<int64_t>(stream_.size()); }
   // Whole blocks Compose left out (their text replaced by unique text)
   // because no exact prompt could be made with them; 0 in the tests.
   int64_t blocks_dropped() const { return blocks_dropped_; }
 
  private:
-  // How a cut is trimmed: leading whitespace always goes (so the text never
-  // merges with a preceding newline); with `alnum_end` the text ends in an ASCII
-  // letter or digit, then `suffix` is appended.
+  // How a cut is trimmed: leading ASCII whitespace always goes (so the text
+  // never merges with a preceding newline); with `trim_end` trailing
+  // whitespace too, then `suffix` is appended.
   struct Shape {
-    bool alnum_end = false;
+    bool trim_end = false;
     absl::string_view suffix;
   };
 
@@ -107,9 +113,6 @@ class PromptSynthesizer {
   // Decodes stream_[start, start + count) (circular), drops ill-formed UTF-8
   // and trims as `shape` says.
   std::string Cut(int64_t start, int64_t count, const Shape& shape) const;
-  // Tokens of text[begin, end) within `text`, or -1 when a token crosses begin
-  // or end (then the text is no use: its pieces merge with their neighbours).
-  absl::StatusOr<int64_t> TokensInRange(absl::string_view text, size_t begin, size_t end) const;
   // Text from corpus position `start` shaped by `shape` such that
   // before + text + after has exactly `tokens` tokens in [before.size(),
   // before.size() + text.size()).

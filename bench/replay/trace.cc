@@ -61,8 +61,7 @@ absl::StatusOr<int64_t> ParseCount(absl::string_view field, absl::string_view wh
   }
   int64_t value = 0;
   if (!absl::SimpleAtoi(stripped, &value)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " '", stripped, "' is not an integer"));
+    return absl::InvalidArgumentError(absl::StrCat(what, " '", stripped, "' is not an integer"));
   }
   if (value < 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, " ", value, " is negative"));
@@ -89,8 +88,9 @@ absl::StatusOr<std::vector<TraceEntry>> ParseAzure(absl::string_view text,
   absl::string_view header = lines[0];
   absl::ConsumePrefix(&header, kUtf8Bom);
   if (absl::StripAsciiWhitespace(header) != kAzureHeader) {
-    return LineError(path, 1, absl::StrCat("expected the Azure header '", kAzureHeader,
-                                           "', found '", header.substr(0, 80), "'"));
+    return LineError(path, 1,
+                     absl::StrCat("expected the Azure header '", kAzureHeader, "', found '",
+                                  header.substr(0, 80), "'"));
   }
   std::vector<TraceEntry> entries;
   double first = 0;
@@ -104,7 +104,8 @@ absl::StatusOr<std::vector<TraceEntry>> ParseAzure(absl::string_view text,
     if (fields.size() != 3) {
       return LineError(path, line,
                        absl::StrCat("expected 3 fields (TIMESTAMP,ContextTokens,GeneratedTokens), "
-                                    "found ", fields.size()));
+                                    "found ",
+                                    fields.size()));
     }
     auto t = ParseAzureTimestamp(fields[0]);
     if (!t.ok()) {
@@ -145,8 +146,8 @@ absl::StatusOr<int64_t> JsonCount(const nlohmann::json& object, const char* key)
   if (it->is_number_unsigned() || it->is_number_integer()) {
     const int64_t value = it->get<int64_t>();
     if (value < 0 || (it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX)) {
-      return absl::InvalidArgumentError(absl::StrCat("'", key, "' ", it->dump(),
-                                                     " is negative or too large"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", key, "' ", it->dump(), " is negative or too large"));
     }
     return value;
   }
@@ -191,8 +192,8 @@ absl::StatusOr<TraceEntry> ParseMooncakeLine(absl::string_view line_text, double
     for (size_t i = 0; i < hashes->size(); ++i) {
       const nlohmann::json& id = (*hashes)[i];
       if (!id.is_number_unsigned() && !(id.is_number_integer() && id.get<int64_t>() >= 0)) {
-        return absl::InvalidArgumentError(absl::StrCat("hash_ids[", i, "] is ", id.dump(),
-                                                       ", not a non-negative integer"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("hash_ids[", i, "] is ", id.dump(), ", not a non-negative integer"));
       }
       entry.hash_ids.push_back(id.get<uint64_t>());
     }
@@ -302,9 +303,8 @@ absl::StatusOr<std::vector<TraceEntry>> SelectWindow(const std::vector<TraceEntr
     return absl::InvalidArgumentError(absl::StrCat("speedup ", speedup, " must be > 0"));
   }
   if (!(start_s >= 0) || !(duration_s >= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("trace window start ", start_s,
-                                                   " s and duration ", duration_s,
-                                                   " s must be >= 0"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trace window start ", start_s, " s and duration ", duration_s, " s must be >= 0"));
   }
   if (max_requests < 0) {
     return absl::InvalidArgumentError(absl::StrCat("max_requests ", max_requests, " is negative"));

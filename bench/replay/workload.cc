@@ -30,15 +30,14 @@ absl::Status Validate(const WorkloadOptions& o) {
   }
   if (o.arrival != Arrival::kTrace && o.trace_path.empty() &&
       (o.fixed_input_tokens <= 0 || o.fixed_output_tokens <= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "synthetic arrivals without a trace need fixed input and output lengths (got ",
-        o.fixed_input_tokens, " and ", o.fixed_output_tokens, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("synthetic arrivals without a trace need fixed input and output lengths (got ",
+                     o.fixed_input_tokens, " and ", o.fixed_output_tokens, ")"));
   }
   if (!(o.input_scale > 0) || !(o.output_scale > 0) || !std::isfinite(o.input_scale) ||
       !std::isfinite(o.output_scale)) {
     return absl::InvalidArgumentError(absl::StrCat("length scales (input ", o.input_scale,
-                                                   ", output ", o.output_scale,
-                                                   ") must be > 0"));
+                                                   ", output ", o.output_scale, ") must be > 0"));
   }
   if (o.max_input_tokens < 0 || o.max_output_tokens < 0 || o.min_input_tokens < 0 ||
       o.max_requests < 0) {
@@ -46,9 +45,8 @@ absl::Status Validate(const WorkloadOptions& o) {
         "max_input_tokens, max_output_tokens, min_input_tokens and max_requests must be >= 0");
   }
   if (o.max_input_tokens > 0 && o.min_input_tokens > o.max_input_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("min_input_tokens ", o.min_input_tokens,
-                                                   " exceeds max_input_tokens ",
-                                                   o.max_input_tokens));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "min_input_tokens ", o.min_input_tokens, " exceeds max_input_tokens ", o.max_input_tokens));
   }
   if (o.hash_block_tokens < kMinBlockTokens) {
     return absl::InvalidArgumentError(absl::StrCat("hash_block_tokens ", o.hash_block_tokens,
@@ -56,9 +54,9 @@ absl::Status Validate(const WorkloadOptions& o) {
   }
   if (!IsFraction(o.repeat_fraction) || !IsFraction(o.paraphrase_fraction) ||
       o.repeat_fraction + o.paraphrase_fraction > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "repeat fraction ", o.repeat_fraction, " and paraphrase fraction ",
-        o.paraphrase_fraction, " must be in [0, 1] with a sum <= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("repeat fraction ", o.repeat_fraction, " and paraphrase fraction ",
+                     o.paraphrase_fraction, " must be in [0, 1] with a sum <= 1"));
   }
   return absl::OkStatus();
 }
@@ -90,9 +88,8 @@ absl::StatusOr<Schedule> MakeSchedule(const WorkloadOptions& o,
       break;
     case Arrival::kPoisson:
     case Arrival::kGamma: {
-      ASSIGN_OR_RETURN(schedule.send_at_s,
-                       SyntheticArrivals(o.arrival, o.rate, o.burstiness, o.max_requests,
-                                         o.duration_s, o.seed));
+      ASSIGN_OR_RETURN(schedule.send_at_s, SyntheticArrivals(o.arrival, o.rate, o.burstiness,
+                                                             o.max_requests, o.duration_s, o.seed));
       break;
     }
     case Arrival::kConcurrency: {
@@ -125,14 +122,13 @@ absl::StatusOr<Workload> BuildWorkload(const WorkloadOptions& options,
                      LoadTrace(options.trace_path, options.format));
     // Synthetic arrivals cycle through the window's lengths; max_requests
     // bounds the arrivals, not the rows they draw from.
-    ASSIGN_OR_RETURN(window, SelectWindow(trace, options.window_start_s, options.duration_s,
-                                          options.speedup,
-                                          options.arrival == Arrival::kTrace ? options.max_requests
-                                                                             : 0));
+    ASSIGN_OR_RETURN(
+        window, SelectWindow(trace, options.window_start_s, options.duration_s, options.speedup,
+                             options.arrival == Arrival::kTrace ? options.max_requests : 0));
     if (window.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          options.trace_path, ": no rows in the window [", options.window_start_s, ", ",
-          options.window_start_s + options.duration_s, ") s"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(options.trace_path, ": no rows in the window [", options.window_start_s,
+                       ", ", options.window_start_s + options.duration_s, ") s"));
     }
   }
   ASSIGN_OR_RETURN(const Schedule schedule, MakeSchedule(options, window));
@@ -164,9 +160,10 @@ absl::StatusOr<Workload> BuildWorkload(const WorkloadOptions& options,
     request.id = static_cast<int64_t>(i);
     request.send_at_s = schedule.send_at_s[i];
     request.source_line = row != nullptr ? row->line : 0;
-    const int64_t input = ScaleLength(row != nullptr ? row->input_tokens : options.fixed_input_tokens,
-                                      row != nullptr ? options.input_scale : 1.0,
-                                      options.max_input_tokens, options.min_input_tokens);
+    const int64_t input =
+        ScaleLength(row != nullptr ? row->input_tokens : options.fixed_input_tokens,
+                    row != nullptr ? options.input_scale : 1.0, options.max_input_tokens,
+                    options.min_input_tokens);
     request.max_tokens =
         ScaleLength(row != nullptr ? row->output_tokens : options.fixed_output_tokens,
                     row != nullptr ? options.output_scale : 1.0, options.max_output_tokens, 1);
@@ -180,9 +177,8 @@ absl::StatusOr<Workload> BuildWorkload(const WorkloadOptions& options,
         request.prompt_tokens = source.prompt_tokens;
       } else {
         request.kind = "paraphrase";
-        ASSIGN_OR_RETURN(const Prompt prompt,
-                         synthesizer->Paraphrase(source.prompt, pick >> 32,
-                                                 options.max_input_tokens));
+        ASSIGN_OR_RETURN(const Prompt prompt, synthesizer->Paraphrase(source.prompt, pick >> 32,
+                                                                      options.max_input_tokens));
         request.prompt = prompt.text;
         request.prompt_tokens = prompt.tokens;
       }
@@ -197,9 +193,8 @@ absl::StatusOr<Workload> BuildWorkload(const WorkloadOptions& options,
       auto prompt = synthesizer->Compose(hashes, options.hash_block_tokens, input,
                                          request.id + static_cast<int64_t>(text_salt >> 24));
       if (!prompt.ok()) {
-        return base::Annotate(prompt.status(),
-                              absl::StrCat("request ", request.id, " (trace line ",
-                                           request.source_line, ")"));
+        return base::Annotate(prompt.status(), absl::StrCat("request ", request.id, " (trace line ",
+                                                            request.source_line, ")"));
       }
       request.kind = "trace";
       request.prompt = std::move(prompt->text);

@@ -21,10 +21,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/engine/format/gguf.h"
-#include "common/engine/model_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/bench/replay/test_tokenizers.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/test_paths.h"
 
@@ -39,68 +38,31 @@ using ::testing::HasSubstr;
 
 constexpr char kShareGpt[] = "traces/sharegpt-prompts-ml-energy/ShareGPT_V3_filtered_1000.json";
 
-std::unique_ptr<Tokenizer> LoadTokenizer(const std::string& path) {
-  auto file = engine::GgufFile::Open(path);
-  if (!file.ok()) {
-    ADD_FAILURE() << path << ": " << file.status();
-    return nullptr;
-  }
-  auto tokenizer = Tokenizer::FromGguf(**file);
-  if (!tokenizer.ok()) {
-    ADD_FAILURE() << path << ": " << tokenizer.status();
-    return nullptr;
-  }
-  return *std::move(tokenizer);
-}
-
 std::vector<TokenId> Encode(const Tokenizer& tokenizer, const std::string& text) {
-  auto ids = tokenizer.Encode(text, /*add_bos=*/false, /*parse_special=*/false);
-  EXPECT_TRUE(ids.ok()) << ids.status();
-  return ids.ok() ? *ids : std::vector<TokenId>{};
+  return testing::EncodePlain(tokenizer, text);
 }
 
 // One fixture per vocabulary: the tokenizer and a synthesizer over ShareGPT,
 // built once (tokenizing the corpus is the slow part).
 class PromptsTest : public ::testing::TestWithParam<std::string> {
  protected:
-  const Tokenizer& tokenizer() { return *Get().tokenizer; }
-  PromptSynthesizer& synthesizer() { return *Get().synthesizer; }
-
- private:
-  struct Vocab {
-    std::unique_ptr<Tokenizer> tokenizer;
-    std::unique_ptr<PromptSynthesizer> synthesizer;
-  };
-  Vocab& Get() {
-    static auto* vocabs = new std::map<std::string, Vocab>();
-    Vocab& v = (*vocabs)[GetParam()];
-    if (v.synthesizer == nullptr) {
-      std::string path;
-      if (GetParam() != "stories260K") {
-        auto resolved = engine::ResolveModelPath(GetParam() == "smollm2"
-                                                     ? "smollm2-135m-instruct"
-                                                     : "qwen2.5-coder-0.5b-instruct");
-        EXPECT_TRUE(resolved.ok()) << resolved.status();
-        path = resolved.ok() ? *resolved : "";
-      } else {
-        path = RequireSharedFile("models/stories260K/stories260K.gguf");
-      }
-      v.tokenizer = LoadTokenizer(path);
+  const Tokenizer& tokenizer() { return testing::TestTokenizer(GetParam()); }
+  PromptSynthesizer& synthesizer() {
+    static auto* synthesizers = new std::map<std::string, std::unique_ptr<PromptSynthesizer>>();
+    std::unique_ptr<PromptSynthesizer>& s = (*synthesizers)[GetParam()];
+    if (s == nullptr) {
       auto texts = LoadShareGptPrompts(RequireSharedFile(kShareGpt));
       EXPECT_TRUE(texts.ok()) << texts.status();
-      if (v.tokenizer != nullptr && texts.ok()) {
-        auto synthesizer = PromptSynthesizer::Create(*v.tokenizer, *texts);
-        EXPECT_TRUE(synthesizer.ok()) << synthesizer.status();
-        if (synthesizer.ok()) {
-          v.synthesizer = *std::move(synthesizer);
-        }
+      auto created = texts.ok()
+                         ? PromptSynthesizer::Create(tokenizer(), *texts)
+                         : absl::StatusOr<std::unique_ptr<PromptSynthesizer>>(texts.status());
+      if (!created.ok()) {
+        ADD_FAILURE() << "no synthesizer for " << GetParam() << ": " << created.status();
+        std::abort();
       }
+      s = *std::move(created);
     }
-    if (v.synthesizer == nullptr) {
-      ADD_FAILURE() << "no synthesizer for " << GetParam();
-      std::abort();
-    }
-    return v;
+    return *s;
   }
 };
 
@@ -171,7 +133,8 @@ TEST_P(PromptsTest, SharedHashIdsGiveIdenticalPrefixes) {
       const size_t n = shared * kBlock;
       EXPECT_TRUE(std::equal(ta.begin(), ta.begin() + n, tb.begin()))
           << "rows " << a << " and " << b << " share " << shared << " blocks";
-      EXPECT_NE(prompts[a].text.substr(prefix.size(), 12), prompts[b].text.substr(prefix.size(), 12))
+      EXPECT_NE(prompts[a].text.substr(prefix.size(), 12),
+                prompts[b].text.substr(prefix.size(), 12))
           << "rows " << a << " and " << b;
     }
   }
@@ -194,6 +157,20 @@ TEST_P(PromptsTest, EachBlockIsExactlyBlockTokensInPlace) {
     }
   }
   EXPECT_EQ(synthesizer().blocks_dropped(), 0);
+}
+
+// Prompts made only of blocks end in a block's newline: it must count the
+// same at the end of the text as before more text (a block whose cut ended in
+// whitespace would end in "\n\n", one token at the end for gpt2-style
+// pre-tokenizers and two before text).
+TEST_P(PromptsTest, PromptsOfOnlyBlocks) {
+  const int64_t dropped = synthesizer().blocks_dropped();
+  for (uint64_t id = 0; id < 300; ++id) {
+    const std::vector<uint64_t> ids = {70000 + id, 80000 + id};
+    ASSERT_OK_AND_ASSIGN(const Prompt p, synthesizer().Compose(ids, 8, 16, id));
+    ASSERT_EQ(Encode(tokenizer(), p.text).size(), 16u);
+  }
+  EXPECT_EQ(synthesizer().blocks_dropped(), dropped);
 }
 
 TEST_P(PromptsTest, DifferentIdsGiveDifferentBlocks) {
@@ -222,7 +199,45 @@ TEST_P(PromptsTest, ParaphraseRewordsAndCaps) {
   EXPECT_TRUE(absl::StartsWith(p.text, capped.text)) << capped.text;
 }
 
-INSTANTIATE_TEST_SUITE_P(Vocabularies, PromptsTest, ::testing::Values("smollm2", "qwen2", "stories260K"),
+// TokensInRange on hand-checked tokenizations.
+TEST_P(PromptsTest, TokensInRange) {
+  const std::string text = "Hello world\nand more";
+  const std::vector<TokenId> ids = Encode(tokenizer(), text);
+  ASSERT_OK_AND_ASSIGN(const int64_t all, synthesizer().TokensInRange(text, 0, text.size()));
+  EXPECT_EQ(all, static_cast<int64_t>(ids.size()));
+  // The newline is its own token in all three vocabularies: [0, 12) is
+  // "Hello world\n", [12, end) "and more".
+  ASSERT_OK_AND_ASSIGN(const int64_t head, synthesizer().TokensInRange(text, 0, 12));
+  ASSERT_OK_AND_ASSIGN(const int64_t tail, synthesizer().TokensInRange(text, 12, text.size()));
+  EXPECT_EQ(head + tail, all);
+  EXPECT_EQ(tokenizer().Decode(absl::MakeConstSpan(ids).subspan(0, head)), "Hello world\n");
+  // A range ending inside a token of two or more bytes: -1.
+  size_t i = 1;
+  while (i < ids.size() && tokenizer().TokenToPiece(ids[i]).size() < 2) {
+    ++i;
+  }
+  ASSERT_LT(i, ids.size());
+  const size_t inside = tokenizer().Decode(absl::MakeConstSpan(ids).subspan(0, i)).size() + 1;
+  ASSERT_OK_AND_ASSIGN(const int64_t crossing, synthesizer().TokensInRange(text, 0, inside));
+  EXPECT_EQ(crossing, -1) << "token " << i << " '" << tokenizer().TokenToPiece(ids[i]) << "'";
+}
+
+TEST(PromptsSpmTest, PrefixSpaceTokenCountsAtTheStart) {
+  const Tokenizer* tokenizer = &testing::TestTokenizer("stories260K");
+  ASSERT_OK_AND_ASSIGN(const auto synthesizer,
+                       PromptSynthesizer::Create(*tokenizer, BuiltInPromptTexts()));
+  // stories260K has no "▁ed": "ed" encodes as the prefix space then "ed".
+  const std::vector<TokenId> ids = Encode(*tokenizer, "ed, and");
+  ASSERT_GE(ids.size(), 2u);
+  ASSERT_EQ(tokenizer->TokenToPiece(ids[0]), " ");
+  ASSERT_OK_AND_ASSIGN(const int64_t n, synthesizer->TokensInRange("ed, and", 0, 2));
+  EXPECT_EQ(n, 2);
+  ASSERT_OK_AND_ASSIGN(const int64_t rest, synthesizer->TokensInRange("ed, and", 2, 7));
+  EXPECT_EQ(n + rest, static_cast<int64_t>(ids.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, PromptsTest,
+                         ::testing::Values("smollm2", "qwen2", "stories260K"),
                          [](const auto& info) { return info.param; });
 
 TEST(PromptCorpusTest, ShareGptLoadsAndBadFilesNameTheProblem) {

@@ -92,7 +92,8 @@ TEST(AzureTraceTest, MalformedRowsNameTheLine) {
       {ok_row + "2023-11-16 18:15:47.0,-5,44\n", {"negative.csv", "", 3, "ContextTokens -5"}},
       {ok_row + "2023-11-16 18:15:47.0,12,abc\n",
        {"non_numeric.csv", "", 3, "GeneratedTokens 'abc' is not an integer"}},
-      {ok_row + "2023-11-16 18:15:47.0,12,\n", {"empty_field.csv", "", 3, "GeneratedTokens is empty"}},
+      {ok_row + "2023-11-16 18:15:47.0,12,\n",
+       {"empty_field.csv", "", 3, "GeneratedTokens is empty"}},
       {ok_row + "yesterday,12,4\n", {"bad_time.csv", "", 3, "TIMESTAMP 'yesterday'"}},
       {ok_row + "2023-11-16 18:15:40.0,12,4\n", {"backwards.csv", "", 3, "goes backwards"}},
   };
@@ -127,7 +128,8 @@ TEST(MooncakeTraceTest, ParsesRows) {
 TEST(MooncakeTraceTest, MalformedRowsNameTheLine) {
   const std::string ok = "{\"timestamp\": 5, \"input_length\": 6, \"output_length\": 7}\n";
   const std::vector<std::pair<std::string, MalformedCase>> cases = {
-      {ok + "{\"timestamp\": 6, \"input_length\": 6,\n", {"bad_json.jsonl", "", 2, "not valid JSON"}},
+      {ok + "{\"timestamp\": 6, \"input_length\": 6,\n",
+       {"bad_json.jsonl", "", 2, "not valid JSON"}},
       {ok + "[1, 2]\n", {"array.jsonl", "", 2, "not a JSON object"}},
       {ok + "{\"timestamp\": 6, \"output_length\": 7}\n",
        {"missing.jsonl", "", 2, "missing field 'input_length'"}},
@@ -141,7 +143,8 @@ TEST(MooncakeTraceTest, MalformedRowsNameTheLine) {
        {"no_time.jsonl", "", 2, "missing field 'timestamp'"}},
       {ok + "{\"timestamp\": 6, \"input_length\": 6, \"output_length\": 7, \"hash_ids\": 3}\n",
        {"hash_scalar.jsonl", "", 2, "'hash_ids' is 3"}},
-      {ok + "{\"timestamp\": 6, \"input_length\": 6, \"output_length\": 7, \"hash_ids\": [1, -2]}\n",
+      {ok +
+           "{\"timestamp\": 6, \"input_length\": 6, \"output_length\": 7, \"hash_ids\": [1, -2]}\n",
        {"hash_negative.jsonl", "", 2, "hash_ids[1] is -2"}},
       {ok + ok + "{\"timestamp\": 4, \"input_length\": 6, \"output_length\": 7}\n",
        {"backwards.jsonl", "", 3, "goes backwards"}},
@@ -154,8 +157,8 @@ TEST(MooncakeTraceTest, MalformedRowsNameTheLine) {
 }
 
 TEST(TraceFormatTest, DetectsBothFormatsAndRejectsOthers) {
-  const std::string azure = WriteFile("detect.csv", absl::StrCat("\xEF\xBB\xBF", kHeader,
-                                                                 "2023-11-16 18:15:46.68,1,2\n"));
+  const std::string azure = WriteFile(
+      "detect.csv", absl::StrCat("\xEF\xBB\xBF", kHeader, "2023-11-16 18:15:46.68,1,2\n"));
   const std::string mooncake = WriteFile(
       "detect.jsonl", "\n{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1}\n");
   const std::string other = WriteFile("detect.txt", "\nhello,world\n");
@@ -196,8 +199,8 @@ TEST(TraceWindowTest, SelectsSpeedsUpAndCaps) {
   EXPECT_TRUE(window.empty());
   EXPECT_THAT(SelectWindow(trace, 0, 0, 0, 0),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("speedup")));
-  EXPECT_THAT(SelectWindow(trace, -1, 0, 1, 0), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                         HasSubstr("must be >= 0")));
+  EXPECT_THAT(SelectWindow(trace, -1, 0, 1, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must be >= 0")));
 }
 
 TEST(RealTraceTest, AzureCodeFirstRowsAndCount) {
@@ -206,9 +209,11 @@ TEST(RealTraceTest, AzureCodeFirstRowsAndCount) {
   ASSERT_EQ(trace.size(), 8819u);  // PROVENANCE.md
   // 2023-11-16 18:17:03.9799600,4808,10 / 18:17:04.0319600,3180,8 /
   // 18:17:04.0781490,110,27 / 18:17:04.1206440,7433,14 / 18:17:04.4249540,34,12
-  const std::vector<std::tuple<double, int64_t, int64_t>> first = {
-      {0.0, 4808, 10}, {0.052, 3180, 8}, {0.098189, 110, 27}, {0.140684, 7433, 14},
-      {0.444994, 34, 12}};
+  const std::vector<std::tuple<double, int64_t, int64_t>> first = {{0.0, 4808, 10},
+                                                                   {0.052, 3180, 8},
+                                                                   {0.098189, 110, 27},
+                                                                   {0.140684, 7433, 14},
+                                                                   {0.444994, 34, 12}};
   for (size_t i = 0; i < first.size(); ++i) {
     EXPECT_THAT(trace[i].arrival_s, DoubleNear(std::get<0>(first[i]), 1e-6)) << i;
     EXPECT_EQ(trace[i].input_tokens, std::get<1>(first[i])) << i;

@@ -15,9 +15,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "bench/replay/trace.h"
-#include "common/engine/format/gguf.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/bench/replay/test_tokenizers.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/test_paths.h"
 
@@ -34,27 +34,10 @@ constexpr char kAzureCode[] = "traces/azure-llm-inference-2023/AzureLLMInference
 constexpr char kMooncakeConversation[] = "traces/mooncake-fast25/conversation_trace.jsonl";
 constexpr char kShareGpt[] = "traces/sharegpt-prompts-ml-energy/ShareGPT_V3_filtered_1000.json";
 
-const Tokenizer& Stories() {
-  static const Tokenizer* tokenizer = [] {
-    auto file = engine::GgufFile::Open(RequireSharedFile("models/stories260K/stories260K.gguf"));
-    EXPECT_TRUE(file.ok()) << file.status();
-    if (!file.ok()) {
-      std::abort();
-    }
-    auto tok = Tokenizer::FromGguf(**file);
-    EXPECT_TRUE(tok.ok()) << tok.status();
-    if (!tok.ok()) {
-      std::abort();
-    }
-    return tok->release();
-  }();
-  return *tokenizer;
-}
+const Tokenizer& Stories() { return testing::TestTokenizer("stories260K"); }
 
 std::vector<engine::TokenId> Encode(const std::string& text) {
-  auto ids = Stories().Encode(text, /*add_bos=*/false, /*parse_special=*/false);
-  EXPECT_TRUE(ids.ok()) << ids.status();
-  return ids.ok() ? *ids : std::vector<engine::TokenId>{};
+  return testing::EncodePlain(Stories(), text);
 }
 
 int64_t CountTokens(const std::string& text) { return static_cast<int64_t>(Encode(text).size()); }
@@ -295,7 +278,8 @@ TEST(WorkloadTest, BadOptionsAreRejected) {
   expect_error([](WorkloadOptions& o) { o.fixed_input_tokens = 0; }, "fixed input and output");
   expect_error([](WorkloadOptions& o) { o.repeat_fraction = 0.7, o.paraphrase_fraction = 0.4; },
                "sum <= 1");
-  expect_error([](WorkloadOptions& o) { o.hash_block_tokens = 0; }, "hash_block_tokens 0 is below the minimum 4");
+  expect_error([](WorkloadOptions& o) { o.hash_block_tokens = 0; },
+               "hash_block_tokens 0 is below the minimum 4");
   expect_error([](WorkloadOptions& o) { o.input_scale = 0; }, "length scales");
   expect_error([](WorkloadOptions& o) { o.min_input_tokens = 9, o.max_input_tokens = 8; },
                "min_input_tokens 9 exceeds");

@@ -129,8 +129,8 @@ const Tokenizer* SharedTokenizer(const std::string& relative) {
 
 // Every .inp string of llama.cpp's vectors for `vocab` must give exactly the
 // .out ids (no BOS), as llama.cpp's test-tokenizer-0 (add_special = false,
-// parse_special = true).
-void ExpectVocabTestVectors(const Tokenizer* tok, const std::string& vocab) {
+// parse_special = true). A `lossless` tokenizer decodes them back to the input.
+void ExpectVocabTestVectors(const Tokenizer* tok, const std::string& vocab, bool lossless = true) {
   ASSERT_NE(tok, nullptr);
   const auto inputs = ReadInp(RequireSharedFile(absl::StrCat(kVocabDir, vocab, ".gguf.inp")));
   const auto expected = ReadOut(RequireSharedFile(absl::StrCat(kVocabDir, vocab, ".gguf.out")));
@@ -148,13 +148,15 @@ void ExpectVocabTestVectors(const Tokenizer* tok, const std::string& vocab) {
     }
     // Byte fallback / byte-level BPE lose nothing, and Decode drops the SPM
     // prefix space again.
-    EXPECT_EQ(tok->Decode(*ids), inputs[i]) << vocab << " string " << i;
+    if (lossless) {
+      EXPECT_EQ(tok->Decode(*ids), inputs[i]) << vocab << " string " << i;
+    }
   }
   EXPECT_EQ(matched, static_cast<int>(inputs.size()));
 }
 
-void ExpectSharedVocabTestVectors(const std::string& vocab) {
-  ExpectVocabTestVectors(SharedTokenizer(absl::StrCat(kVocabDir, vocab, ".gguf")), vocab);
+void ExpectSharedVocabTestVectors(const std::string& vocab, bool lossless = true) {
+  ExpectVocabTestVectors(SharedTokenizer(absl::StrCat(kVocabDir, vocab, ".gguf")), vocab, lossless);
 }
 
 TEST(TokenizerVocabTest, LlamaSpmMatchesLlamaCpp) {
@@ -210,13 +212,31 @@ TEST(TokenizerVocabTest, Gpt2Metadata) {
   EXPECT_EQ(tok->Decode(ids), "Hi<|endoftext|>");
 }
 
-TEST(TokenizerVocabTest, BertIsRejectedWithSupportedKinds) {
-  auto file = GgufFile::Open(RequireSharedFile("models/ggml-vocab/ggml-vocab-bert-bge.gguf"));
-  ASSERT_OK(file.status());
-  auto tok = Tokenizer::FromGguf(**file);
-  EXPECT_THAT(tok, StatusIs(absl::StatusCode::kInvalidArgument,
-                            ::testing::AllOf(HasSubstr("tokenizer.ggml.model"), HasSubstr("'bert'"),
-                                             HasSubstr("'llama'"), HasSubstr("'gpt2'"))));
+// WordPiece lowercases and strips accents, so the text does not come back.
+TEST(TokenizerVocabTest, BertBgeMatchesLlamaCpp) {
+  ExpectSharedVocabTestVectors("ggml-vocab-bert-bge", /*lossless=*/false);
+}
+
+TEST(TokenizerVocabTest, BertBgeMetadataAndSpecialTokens) {
+  const Tokenizer* tok = SharedTokenizer("models/ggml-vocab/ggml-vocab-bert-bge.gguf");
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(tok->vocab_size(), 30522);
+  EXPECT_EQ(tok->bos_id(), 101);  // [CLS], from tokenizer.ggml.cls_token_id
+  EXPECT_EQ(tok->sep_id(), 102);  // [SEP]
+  EXPECT_EQ(tok->eos_id(), -1);
+  EXPECT_TRUE(tok->add_bos());
+  // [CLS] hello world ! [SEP]; "[SEP]" in the text is the token only when parsed.
+  ASSERT_OK_AND_ASSIGN(auto ids, tok->Encode("Hello World!", /*add_bos=*/true, false));
+  EXPECT_THAT(ids, ElementsAre(101, 7592, 2088, 999, 102));
+  EXPECT_EQ(tok->Decode(ids), "hello world !");
+  EXPECT_EQ(tok->TokenToPiece(7592), " hello");
+  EXPECT_EQ(tok->TokenToPiece(101), "");
+  ASSERT_OK_AND_ASSIGN(ids, tok->Encode("", /*add_bos=*/true, false));
+  EXPECT_THAT(ids, ElementsAre(101, 102));
+  ASSERT_OK_AND_ASSIGN(ids, tok->Encode("a[SEP]b", false, /*parse_special=*/true));
+  EXPECT_THAT(ids, ElementsAre(1037, 102, 1038));
+  ASSERT_OK_AND_ASSIGN(ids, tok->Encode("a[SEP]b", false, /*parse_special=*/false));
+  EXPECT_THAT(ids, ElementsAre(1037, 1031, 19802, 1033, 1038));
 }
 
 // --- stories260K ---------------------------------------------------------------------
@@ -573,8 +593,10 @@ TEST(UnicodeTest, ByteMappingIsGpt2s) {
 
 // --- UTF-8 validation ---------------------------------------------------------------
 
-TEST(TokenizerUtf8Test, InvalidUtf8IsRejectedWithOffset) {
-  const Tokenizer* tok = SharedTokenizer("models/ggml-vocab/ggml-vocab-gpt-2.gguf");
+class TokenizerUtf8Test : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(TokenizerUtf8Test, InvalidUtf8IsRejectedWithOffset) {
+  const Tokenizer* tok = SharedTokenizer(absl::StrCat(kVocabDir, GetParam()));
   ASSERT_NE(tok, nullptr);
   struct Case {
     std::string text;
@@ -599,6 +621,10 @@ TEST(TokenizerUtf8Test, InvalidUtf8IsRejectedWithOffset) {
   }
   EXPECT_OK(tok->Encode("\xF0\x9F\xA6\x99 \xE2\x82\xAC \xC3\xA4", false, false).status());
 }
+
+INSTANTIATE_TEST_SUITE_P(Vocabs, TokenizerUtf8Test,
+                         ::testing::Values("ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf",
+                                           "ggml-vocab-bert-bge.gguf"));
 
 // --- Detokenizer ------------------------------------------------------------------
 

@@ -41,12 +41,15 @@ std::vector<std::string> WpmSplitWords(absl::string_view text) {
   };
   std::vector<uint32_t> normalized;
   for (uint32_t cp : CodepointsFromUtf8(text)) {
+    // As HF's clean_text, control characters go before whitespace splits, so
+    // the ones that are both (\v, \f, U+0085) vanish; \t, \n, \r split.
     const CodepointFlags flags = GetCodepointFlags(cp);
-    if (flags.is_whitespace()) {
-      finish_word();
+    const bool tab_or_newline = cp == '\t' || cp == '\n' || cp == '\r';
+    if (cp == 0 || cp == 0xFFFD || ((flags.bits & CodepointFlags::kControl) && !tab_or_newline)) {
       continue;
     }
-    if (cp == 0 || cp == 0xFFFD || (flags.bits & CodepointFlags::kControl)) {
+    if (flags.is_whitespace()) {
+      finish_word();
       continue;
     }
     normalized.clear();

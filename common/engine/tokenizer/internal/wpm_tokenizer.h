@@ -22,8 +22,10 @@
 
 namespace tandem::engine::internal {
 
-// Words of valid UTF-8 `text`, as UTF-8: control characters (\p{C} other than
-// whitespace), NUL and U+FFFD are dropped; whitespace separates words; each
+// Words of valid UTF-8 `text`, as UTF-8: control characters (\p{C}, also the
+// whitespace ones \v, \f and U+0085, but not \t, \n, \r), NUL and U+FFFD are
+// dropped (unlike llama.cpp, which splits at \v, \f and U+0085); whitespace
+// separates words; each
 // punctuation character (\p{P}, or an ASCII symbol such as '$' or '+') and
 // each CJK ideograph is a word of its own; every other character is replaced
 // by its canonical decomposition without nonspacing marks, lowercased

@@ -348,6 +348,77 @@ std::vector<TokenId> ParseIds(absl::string_view text) {
   return ids;
 }
 
+struct ReferenceCase {
+  std::string name;
+  std::string text;
+  nlohmann::json entry;  // the case's object in the JSON
+};
+
+// The cases of a reference JSON under tests/data (gen_tokenizer_vectors.py,
+// gen_wordpiece_vectors.py); ShareGPT cases get their text from ../shared.
+std::vector<ReferenceCase> LoadReferenceCases(const std::string& data_file) {
+  const auto doc = nlohmann::json::parse(ReadFile(RequireTestDataFile(data_file)), nullptr,
+                                         /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    ADD_FAILURE() << "malformed " << data_file;
+    return {};
+  }
+  const auto prompts =
+      nlohmann::json::parse(ReadFile(RequireSharedFile(doc.at("sharegpt").get<std::string>())),
+                            nullptr, /*allow_exceptions=*/false);
+  if (prompts.is_discarded()) {
+    ADD_FAILURE() << "malformed ShareGPT prompts";
+    return {};
+  }
+  std::map<std::string, std::string> sharegpt;
+  for (const auto& p : prompts) {
+    sharegpt[p.at("id").get<std::string>()] = p.at("conversations").at(0).at("value");
+  }
+  std::vector<ReferenceCase> cases;
+  for (const auto& c : doc.at("cases")) {
+    ReferenceCase rc{c.at("name").get<std::string>(), "", c};
+    if (c.contains("sharegpt_id")) {
+      auto it = sharegpt.find(c["sharegpt_id"].get<std::string>());
+      if (it == sharegpt.end()) {
+        ADD_FAILURE() << rc.name << " is not in the ShareGPT file";
+        continue;
+      }
+      rc.text = it->second;
+    } else {
+      rc.text = c.at("text").get<std::string>();
+    }
+    cases.push_back(std::move(rc));
+  }
+  return cases;
+}
+
+// Encode with parse_special gives ids.special, without it ids.plain (or
+// ids.special when absent); adds a failure naming `label` otherwise. Returns
+// the plain ids expected.
+std::vector<TokenId> ExpectReferenceIds(const Tokenizer& tok, const std::string& label,
+                                        const std::string& text, const nlohmann::json& ids,
+                                        int* matched) {
+  const std::vector<TokenId> special = ParseIds(ids.at("special").get<std::string>());
+  const std::vector<TokenId> plain =
+      ids.contains("plain") ? ParseIds(ids["plain"].get<std::string>()) : special;
+  auto got_special = tok.Encode(text, /*add_bos=*/false, true);
+  auto got_plain = tok.Encode(text, /*add_bos=*/false, false);
+  if (!got_special.ok() || !got_plain.ok()) {
+    ADD_FAILURE() << label << ": " << got_special.status() << " " << got_plain.status();
+    return plain;
+  }
+  if (*got_special == special && *got_plain == plain) {
+    ++*matched;
+  } else {
+    ADD_FAILURE() << label << " \"" << Escaped(text.substr(0, 200))
+                  << "\"\n  parse_special got:      " << Ids(*got_special)
+                  << "\n  parse_special expected: " << Ids(special)
+                  << "\n  plain got:              " << Ids(*got_plain)
+                  << "\n  plain expected:         " << Ids(plain);
+  }
+  return plain;
+}
+
 // The ids Hugging Face `tokenizers` gives for the same GGUF
 // (tests/reference/gen_tokenizer_vectors.py): Encode with and without
 // parse_special, and Decode (and the Detokenizer) of the plain ids gives back
@@ -355,47 +426,15 @@ std::vector<TokenId> ParseIds(absl::string_view text) {
 void ExpectMatchesHuggingFace(const RealModel& model) {
   const Tokenizer* tok = ModelTokenizer(model);
   ASSERT_NE(tok, nullptr);
-  const auto doc =
-      nlohmann::json::parse(ReadFile(RequireTestDataFile("tokenizer/real_vocab_vectors.json")),
-                            nullptr, /*allow_exceptions=*/false);
-  ASSERT_FALSE(doc.is_discarded()) << "malformed real_vocab_vectors.json";
-  const auto prompts =
-      nlohmann::json::parse(ReadFile(RequireSharedFile(doc.at("sharegpt").get<std::string>())),
-                            nullptr, /*allow_exceptions=*/false);
-  ASSERT_FALSE(prompts.is_discarded()) << "malformed ShareGPT prompts";
-  std::map<std::string, std::string> sharegpt;
-  for (const auto& p : prompts) {
-    sharegpt[p.at("id").get<std::string>()] = p.at("conversations").at(0).at("value");
-  }
-  const auto& cases = doc.at("cases");
+  const std::vector<ReferenceCase> cases = LoadReferenceCases("tokenizer/real_vocab_vectors.json");
   ASSERT_GE(cases.size(), 200u);
   int matched = 0;
-  for (const auto& c : cases) {
-    const std::string name = c.at("name").get<std::string>();
-    std::string text;
-    if (c.contains("sharegpt_id")) {
-      auto it = sharegpt.find(c["sharegpt_id"].get<std::string>());
-      ASSERT_NE(it, sharegpt.end()) << name << " is not in the ShareGPT file";
-      text = it->second;
-    } else {
-      text = c.at("text").get<std::string>();
-    }
-    const auto& ids = c.at(model.key);
-    const std::vector<TokenId> special = ParseIds(ids.at("special").get<std::string>());
+  for (const ReferenceCase& c : cases) {
+    const std::string& text = c.text;
+    const std::string label = absl::StrCat(model.key, " ", c.name);
     const std::vector<TokenId> plain =
-        ids.contains("plain") ? ParseIds(ids["plain"].get<std::string>()) : special;
-    ASSERT_OK_AND_ASSIGN(auto got_special, tok->Encode(text, /*add_bos=*/false, true));
-    ASSERT_OK_AND_ASSIGN(auto got_plain, tok->Encode(text, /*add_bos=*/false, false));
-    if (got_special == special && got_plain == plain) {
-      ++matched;
-    } else {
-      ADD_FAILURE() << model.key << " " << name << " \"" << Escaped(text.substr(0, 200))
-                    << "\"\n  parse_special got:      " << Ids(got_special)
-                    << "\n  parse_special expected: " << Ids(special)
-                    << "\n  plain got:              " << Ids(got_plain)
-                    << "\n  plain expected:         " << Ids(plain);
-    }
-    EXPECT_EQ(tok->Decode(plain), text) << model.key << " " << name;
+        ExpectReferenceIds(*tok, label, text, c.entry.at(model.key), &matched);
+    EXPECT_EQ(tok->Decode(plain), text) << label;
     // Streamed one id at a time (byte-level tokens split CJK and emoji), the
     // text comes out whole too.
     Detokenizer detok(*tok);
@@ -403,9 +442,24 @@ void ExpectMatchesHuggingFace(const RealModel& model) {
     for (TokenId id : plain) {
       streamed += detok.Push(id);
     }
-    EXPECT_EQ(streamed + detok.Flush(), text) << model.key << " " << name << " (streamed)";
+    EXPECT_EQ(streamed + detok.Flush(), text) << label << " (streamed)";
   }
   EXPECT_EQ(matched, static_cast<int>(cases.size())) << model.key;
+}
+
+// Hugging Face's BERT uncased pipeline over the same vocabulary
+// (tests/reference/gen_wordpiece_vectors.py): Unicode edge cases, llama.cpp's
+// strings and ShareGPT prompts.
+TEST(TokenizerVocabTest, BertBgeMatchesHuggingFace) {
+  const Tokenizer* tok = SharedTokenizer("models/ggml-vocab/ggml-vocab-bert-bge.gguf");
+  ASSERT_NE(tok, nullptr);
+  const std::vector<ReferenceCase> cases = LoadReferenceCases("tokenizer/wordpiece_vectors.json");
+  ASSERT_GE(cases.size(), 300u);
+  int matched = 0;
+  for (const ReferenceCase& c : cases) {
+    ExpectReferenceIds(*tok, c.name, c.text, c.entry, &matched);
+  }
+  EXPECT_EQ(matched, static_cast<int>(cases.size()));
 }
 
 TEST(TokenizerRealVocabTest, SmolLm2MatchesHuggingFace) { ExpectMatchesHuggingFace(kSmolLm2); }

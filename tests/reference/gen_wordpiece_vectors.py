@@ -42,7 +42,7 @@ import tokenizers
 from tokenizers import models, normalizers, pre_tokenizers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_tokenizer_vectors import SHAREGPT, load_cases  # noqa: E402
+from gen_tokenizer_vectors import SHAREGPT, encode, load_cases  # noqa: E402
 
 VOCAB = "models/ggml-vocab/ggml-vocab-bert-bge.gguf"
 PHANTOM = "\u2581"
@@ -91,11 +91,6 @@ def build_tokenizer(path):
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in control])
     return tok
-
-
-def encode(tok, text, parse_special):
-    tok.encode_special_tokens = not parse_special
-    return tok.encode(text, add_special_tokens=False).ids
 
 
 def check_llama_cpp_vectors(tok, shared):

@@ -86,11 +86,14 @@ class Tokenizer {
       absl::Span<const TextRange> literal) const = 0;
 
   // The bytes a token stands for when detokenizing (SPM: "▁" -> " ", <0x0A> ->
-  // "\n"; BPE: byte-level unicode mapped back to bytes). Control tokens give "".
+  // "\n"; BPE: byte-level unicode mapped back to bytes; WordPiece: "▁hello"
+  // -> " hello", a continuation "llo" as is). Control tokens give "".
   // May be an incomplete UTF-8 sequence; callers buffer (see Detokenizer).
   virtual std::string TokenToPiece(TokenId id) const = 0;
-  // Concatenated pieces; the SPM prefix space of the first non-control token
-  // is dropped, so Decode(Encode(s, add_bos)) == s for ordinary text.
+  // Concatenated pieces; the SPM (and WordPiece) leading space of the first
+  // non-control token is dropped, so Decode(Encode(s, add_bos)) == s for
+  // ordinary text -- except for WordPiece, which loses case, accents and
+  // spacing ("Hello, World!" -> "hello , world !"; no HF-style cleanup).
   virtual std::string Decode(absl::Span<const TokenId> ids) const = 0;
 
   int32_t vocab_size() const { return static_cast<int32_t>(tokens_.size()); }

@@ -77,7 +77,9 @@ std::vector<std::string> WpmSplitWords(absl::string_view text) {
 
 void WpmEncodeWord(absl::string_view word, absl::FunctionRef<TokenId(absl::string_view)> lookup,
                    size_t max_token_bytes, TokenId unk, std::vector<TokenId>* out) {
-  if (CodepointsFromUtf8(word).size() > kWpmMaxWordChars) {
+  const size_t chars = static_cast<size_t>(std::count_if(
+      word.begin(), word.end(), [](char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; }));
+  if (chars > kWpmMaxWordChars) {
     out->push_back(unk);
     return;
   }

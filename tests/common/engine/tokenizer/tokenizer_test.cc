@@ -797,6 +797,53 @@ struct TinyBpe {
 
 int32_t ByteId(char c) { return static_cast<uint8_t>(c); }
 
+// A tiny WordPiece vocab in llama.cpp's phantom-space form: greedy longest
+// match, [UNK] for a word that can't be cut, and the special-token keys.
+TEST(TokenizerWpmTest, GreedyLongestMatchAndSpecialKeys) {
+  const std::vector<std::string> tokens = {
+      "[PAD]", "[UNK]",         "[CLS]", "[SEP]", "\xE2\x96\x81un", "\xE2\x96\x81una", "aff",
+      "able",  "\xE2\x96\x81u", "n",     "a",     "\xE2\x96\x81!"};
+  auto writer = [&]() {
+    GgufWriter w;
+    w.SetString("general.architecture", "bert");
+    w.SetString("tokenizer.ggml.model", "bert");
+    w.SetStringArray("tokenizer.ggml.tokens", tokens);
+    w.SetInt32Array("tokenizer.ggml.token_type", {3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1});
+    w.SetUint32("tokenizer.ggml.unknown_token_id", 1);
+    w.SetUint32("tokenizer.ggml.cls_token_id", 2);  // as bge's GGUF: no bos_token_id
+    w.SetUint32("tokenizer.ggml.seperator_token_id", 3);
+    return w;
+  };
+  auto file = WriteAndOpen(writer());
+  ASSERT_NE(file, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto tok, Tokenizer::FromGguf(*file));
+  // "unaffable": the longest first piece is "▁una", after which "ff..." has
+  // no piece, so the whole word is [UNK] (greedy, no backtracking to "▁un"
+  // "aff" "able", as BERT).
+  ASSERT_OK_AND_ASSIGN(auto ids, tok->Encode("UNAFFABLE unaff!", /*add_bos=*/true, false));
+  EXPECT_THAT(ids, ElementsAre(2, 1, 1, 11, 3));
+  ASSERT_OK_AND_ASSIGN(ids, tok->Encode("Un  Aff", false, false));
+  EXPECT_THAT(ids, ElementsAre(4, 1));
+  ASSERT_OK_AND_ASSIGN(ids, tok->Encode("una una-", false, false));
+  EXPECT_THAT(ids, ElementsAre(5, 5, 1));  // "-" is a word of its own, not in the vocab
+  EXPECT_EQ(tok->Decode({4, 6, 7, 11}), "unaffable !");
+
+  EXPECT_EQ(tok->bos_id(), 2);
+  EXPECT_EQ(tok->sep_id(), 3);
+
+  // bos_token_id wins over cls_token_id; add_eos_token = false drops the
+  // separator.
+  GgufWriter w = writer();
+  w.SetUint32("tokenizer.ggml.bos_token_id", 0);
+  w.SetBool("tokenizer.ggml.add_eos_token", false);
+  file = WriteAndOpen(w);
+  ASSERT_NE(file, nullptr);
+  ASSERT_OK_AND_ASSIGN(tok, Tokenizer::FromGguf(*file));
+  EXPECT_EQ(tok->sep_id(), -1);
+  ASSERT_OK_AND_ASSIGN(ids, tok->Encode("u", /*add_bos=*/true, false));
+  EXPECT_THAT(ids, ElementsAre(0, 8));
+}
+
 TEST(TokenizerBpeTest, MergesByRankLeftmostFirst) {
   TinyBpe v;
   const std::string sp = internal::ByteToUnicode(' ');  // Ġ
@@ -996,7 +1043,19 @@ TEST(TokenizerMetadataTest, ErrorsNameTheKey) {
        {"tokenizer.ggml.model", "string", "uint32"}},
       {"unknown model",
        [](GgufWriter* w) { w->SetString("tokenizer.ggml.model", "t5"); },
-       {"tokenizer.ggml.model", "'t5'", "'llama'", "'gpt2'"}},
+       {"tokenizer.ggml.model", "'t5'", "'llama'", "'gpt2'", "'bert'"}},
+      {"bert without an unknown token",  // the default, 100, is outside the vocab
+       [](GgufWriter* w) {
+         w->SetString("tokenizer.ggml.model", "bert");
+         w->SetStringArray("tokenizer.ggml.tokens", {"a", "b"});
+       },
+       {"tokenizer.ggml.unknown_token_id", "'bert'"}},
+      {"separator wrong type",
+       [](GgufWriter* w) { w->SetString("tokenizer.ggml.seperator_token_id", "2"); },
+       {"tokenizer.ggml.seperator_token_id", "integer"}},
+      {"add_eos wrong type",
+       [](GgufWriter* w) { w->SetUint32("tokenizer.ggml.add_eos_token", 1); },
+       {"tokenizer.ggml.add_eos_token", "bool"}},
       {"unknown pre",
        [](GgufWriter* w) { w->SetString("tokenizer.ggml.pre", "nope"); },
        {"tokenizer.ggml.pre", "'nope'", "llama-bpe", "qwen2", "gpt-2"}},

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates common/engine/tokenizer/internal/unicode_data.cc: code point category ranges for the tokenizer.
+"""Generates common/engine/tokenizer/internal/unicode_data.cc: the tokenizer's Unicode tables.
 
 Usage: python3 scripts/gen_unicode_data.py > common/engine/tokenizer/internal/unicode_data.cc
 
@@ -9,6 +9,14 @@ generated file's header. Each code point gets one general-category class
 (\\p{L}, \\p{N}, \\p{M}, \\p{P}, \\p{S}, \\p{Z}, \\p{C}; unassigned code points are
 \\p{C}, as Cn) plus a White_Space bit, the same classification llama.cpp's
 unicode tables give its pre-tokenizer regexes.
+
+For the WordPiece (BERT uncased) normalizer it also writes, as Hugging Face
+tokenizers' BertNormalizer does per character (strip_accents, then lowercase):
+the nonspacing marks (Mn, dropped after NFD) as ranges, and for every other
+code point whose NFD with the Mn removed, lowercased, is not itself, that
+string (at most 3 code points). Hangul syllables are left out: they decompose
+by formula (Unicode 3.12), which the C++ side computes; the script checks the
+formula against unicodedata.
 """
 
 import sys
@@ -50,6 +58,40 @@ def flags_of(cp):
     return CATEGORY_FLAGS[unicodedata.category(chr(cp))[0]]
 
 
+HANGUL_FIRST = 0xAC00
+HANGUL_LAST = 0xD7A3
+MAX_MAPPING = 3  # code points; must match kMaxBertMapping in unicode.h
+
+
+def hangul_nfd(cp):
+    s = cp - HANGUL_FIRST
+    l, v, t = 0x1100 + s // 588, 0x1161 + (s % 588) // 28, 0x11A7 + s % 28
+    return [l, v] + ([t] if t != 0x11A7 else [])
+
+
+def bert_tables():
+    """(Mn ranges as (first, last), mappings as (cp, [cps]))."""
+    marks, mappings = [], []
+    for cp in range(MAX_CODEPOINT):
+        c = chr(cp)
+        if HANGUL_FIRST <= cp <= HANGUL_LAST:
+            assert [ord(x) for x in unicodedata.normalize("NFD", c)] == hangul_nfd(cp)
+            continue
+        if unicodedata.category(c) == "Mn":
+            if marks and marks[-1][1] == cp - 1:
+                marks[-1] = (marks[-1][0], cp)
+            else:
+                marks.append((cp, cp))
+            continue
+        stripped = "".join(x for x in unicodedata.normalize("NFD", c)
+                           if unicodedata.category(x) != "Mn")
+        mapped = stripped.lower()
+        if mapped != c:
+            assert len(mapped) <= MAX_MAPPING, hex(cp)
+            mappings.append((cp, [ord(x) for x in mapped]))
+    return marks, mappings
+
+
 def main():
     white_space = set(WHITE_SPACE)
     isspace = {cp for cp in range(MAX_CODEPOINT) if chr(cp).isspace()}
@@ -73,7 +115,7 @@ def main():
               "// White_Space bit (see CodepointFlags in common/engine/tokenizer/internal/unicode.h).\n\n"
               % len(ranges))
     out.write('#include "common/engine/tokenizer/internal/unicode.h"\n\n')
-    out.write("namespace tandem::internal {\n\n")
+    out.write("namespace tandem::engine::internal {\n\n")
     out.write('const char kUnicodeVersion[] = "%s";\n\n' % unicodedata.unidata_version)
     out.write("const CodepointRange kCodepointRanges[] = {\n")
     for start, flags in ranges:
@@ -81,7 +123,25 @@ def main():
     out.write("};\n\n")
     out.write("const size_t kNumCodepointRanges = sizeof(kCodepointRanges) / "
               "sizeof(kCodepointRanges[0]);\n\n")
-    out.write("}  // namespace tandem::internal\n")
+
+    marks, mappings = bert_tables()
+    out.write("// Nonspacing marks (Mn), %d ranges.\n"
+              % len(marks))
+    out.write("const CodepointSpan kNonspacingMarks[] = {\n")
+    for first, last in marks:
+        out.write("    {0x%06X, 0x%06X},\n" % (first, last))
+    out.write("};\n\n")
+    out.write("const size_t kNumNonspacingMarks = sizeof(kNonspacingMarks) / "
+              "sizeof(kNonspacingMarks[0]);\n\n")
+    out.write("// lower(NFD(c) without Mn) where it is not c, Hangul syllables apart; %d code points.\n" % len(mappings))
+    out.write("const BertMapping kBertMappings[] = {\n")
+    for cp, to in mappings:
+        cells = ", ".join("0x%06X" % x for x in to + [0] * (MAX_MAPPING - len(to)))
+        out.write("    {0x%06X, %d, {%s}},\n" % (cp, len(to), cells))
+    out.write("};\n\n")
+    out.write("const size_t kNumBertMappings = sizeof(kBertMappings) / "
+              "sizeof(kBertMappings[0]);\n\n")
+    out.write("}  // namespace tandem::engine::internal\n")
 
 
 if __name__ == "__main__":

@@ -15,9 +15,10 @@
 #include "common/base/utf8.h"
 #include "common/engine/tokenizer/internal/tokenizer_vocab.h"
 #include "common/engine/tokenizer/internal/unicode.h"
+#include "common/engine/tokenizer/internal/wpm_tokenizer.h"
 
 // The algorithms follow llama.cpp's src/llama-vocab.cpp (llm_tokenizer_spm,
-// llm_tokenizer_bpe, tokenizer_st_partition, token_to_piece) so that ids match
+// llm_tokenizer_bpe, llm_tokenizer_wpm, tokenizer_st_partition, token_to_piece) so that ids match
 // it exactly. Deliberate differences are marked "Unlike llama.cpp".
 
 namespace tandem::engine {
@@ -47,6 +48,9 @@ constexpr char kKeyFimPad[] = "tokenizer.ggml.fim_pad_token_id";
 constexpr char kKeyFimRep[] = "tokenizer.ggml.fim_rep_token_id";
 constexpr char kKeyFimSep[] = "tokenizer.ggml.fim_sep_token_id";
 constexpr char kKeyAddBos[] = "tokenizer.ggml.add_bos_token";
+constexpr char kKeyAddEos[] = "tokenizer.ggml.add_eos_token";
+constexpr char kKeyCls[] = "tokenizer.ggml.cls_token_id";
+constexpr char kKeySep[] = "tokenizer.ggml.seperator_token_id";  // sic, as llama.cpp
 constexpr char kKeyAddSpacePrefix[] = "tokenizer.ggml.add_space_prefix";
 
 // --- GGUF metadata -----------------------------------------------------------------
@@ -206,7 +210,22 @@ struct Fragment {
   size_t length;
 };
 
-// What SPM and BPE share: the vocabulary, special-token splitting, pieces.
+// "▁" -> " " (the SPM and WPM pieces of normal tokens).
+std::string UnescapeSpaces(const std::string& token_text) {
+  std::string out;
+  out.reserve(token_text.size());
+  for (size_t pos = 0; pos < token_text.size();) {
+    if (token_text.compare(pos, 3, kEscapedSpace) == 0) {
+      out.push_back(' ');
+      pos += 3;
+    } else {
+      out.push_back(token_text[pos++]);
+    }
+  }
+  return out;
+}
+
+// What SPM, BPE and WPM share: the vocabulary, special-token splitting, pieces.
 class VocabTokenizer : public Tokenizer {
  public:
   friend absl::StatusOr<std::unique_ptr<Tokenizer>> internal::MakeTokenizer(VocabSpec spec);
@@ -227,10 +246,12 @@ class VocabTokenizer : public Tokenizer {
     if (add_bos && bos_id_ >= 0) {
       out.push_back(bos_id_);
     }
-    if (text.empty()) {
-      return out;
+    if (!text.empty()) {
+      EncodeFragments(text, Partition(text, parse_special, literal), &out);
     }
-    EncodeFragments(text, Partition(text, parse_special, literal), &out);
+    if (add_bos && sep_id_ >= 0) {
+      out.push_back(sep_id_);
+    }
     return out;
   }
 
@@ -281,8 +302,9 @@ class VocabTokenizer : public Tokenizer {
   absl::flat_hash_map<std::string, TokenId> token_to_id_;
   std::vector<float> scores_;
   TokenId unk_id_ = -1;
-  bool add_space_prefix_ =
-      false;  // SPM: "▁" before text that starts the input or follows a special
+  // SPM: "▁" before text that starts the input or follows a special; SPM and
+  // WPM: Decode drops the first piece's leading space.
+  bool add_space_prefix_ = false;
 
   TokenId Lookup(absl::string_view text) const {
     auto it = token_to_id_.find(text);
@@ -445,17 +467,7 @@ class SpmTokenizer final : public VocabTokenizer {
   }
 
   std::string NormalPiece(const std::string& token_text) const override {
-    std::string out;
-    out.reserve(token_text.size());
-    for (size_t pos = 0; pos < token_text.size();) {
-      if (token_text.compare(pos, 3, kEscapedSpace) == 0) {
-        out.push_back(' ');
-        pos += 3;
-      } else {
-        out.push_back(token_text[pos++]);
-      }
-    }
-    return out;
+    return UnescapeSpaces(token_text);
   }
 
  private:
@@ -672,6 +684,35 @@ class BpeTokenizer final : public VocabTokenizer {
   }
 };
 
+// WordPiece for BERT vocabularies (llm_tokenizer_wpm; the word splitting and
+// matching follow Hugging Face, see internal/wpm_tokenizer.h).
+class WpmTokenizer final : public VocabTokenizer {
+ public:
+  friend absl::StatusOr<std::unique_ptr<Tokenizer>> internal::MakeTokenizer(VocabSpec spec);
+
+ protected:
+  void EncodeFragments(absl::string_view text, const std::vector<Fragment>& fragments,
+                       std::vector<TokenId>* out) const override {
+    auto lookup = [this](absl::string_view piece) { return Lookup(piece); };
+    for (const Fragment& f : fragments) {
+      if (f.token >= 0) {
+        out->push_back(f.token);
+        continue;
+      }
+      for (const std::string& word : WpmSplitWords(text.substr(f.offset, f.length))) {
+        WpmEncodeWord(word, lookup, max_token_bytes_, unk_id_, out);
+      }
+    }
+  }
+
+  std::string NormalPiece(const std::string& token_text) const override {
+    return UnescapeSpaces(token_text);
+  }
+
+ private:
+  size_t max_token_bytes_ = 0;
+};
+
 TokenType ToTokenType(int32_t t) {
   return t >= 0 && t <= static_cast<int32_t>(TokenType::kByte) ? static_cast<TokenType>(t)
                                                                : TokenType::kUndefined;
@@ -746,7 +787,10 @@ absl::StatusOr<VocabSpec> VocabSpecFromMetadata(const std::map<std::string, Gguf
   ASSIGN_OR_RETURN(spec.fim_pad_id, OptionalInt(md, kKeyFimPad));
   ASSIGN_OR_RETURN(spec.fim_rep_id, OptionalInt(md, kKeyFimRep));
   ASSIGN_OR_RETURN(spec.fim_sep_id, OptionalInt(md, kKeyFimSep));
+  ASSIGN_OR_RETURN(spec.cls_id, OptionalInt(md, kKeyCls));
+  ASSIGN_OR_RETURN(spec.sep_id, OptionalInt(md, kKeySep));
   ASSIGN_OR_RETURN(spec.add_bos, OptionalBool(md, kKeyAddBos));
+  ASSIGN_OR_RETURN(spec.add_eos, OptionalBool(md, kKeyAddEos));
   ASSIGN_OR_RETURN(spec.add_space_prefix, OptionalBool(md, kKeyAddSpacePrefix));
   return spec;
 }
@@ -754,10 +798,12 @@ absl::StatusOr<VocabSpec> VocabSpecFromMetadata(const std::map<std::string, Gguf
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(VocabSpec spec) {
   const bool spm = spec.model == "llama";
   const bool bpe = spec.model == "gpt2";
-  if (!spm && !bpe) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kKeyModel, ": unsupported tokenizer model '", spec.model,
-        "'; supported: 'llama' (SentencePiece BPE with byte fallback), 'gpt2' (byte-level BPE)"));
+  const bool wpm = spec.model == "bert";
+  if (!spm && !bpe && !wpm) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kKeyModel, ": unsupported tokenizer model '", spec.model,
+                     "'; supported: 'llama' (SentencePiece BPE with byte fallback), 'gpt2' "
+                     "(byte-level BPE), 'bert' (WordPiece)"));
   }
   const size_t n = spec.tokens.size();
   if (n == 0) {
@@ -778,9 +824,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(VocabSpec spec) {
   std::unique_ptr<VocabTokenizer> tok;
   BpeTokenizer* bpe_tok = nullptr;
   SpmTokenizer* spm_tok = nullptr;
+  WpmTokenizer* wpm_tok = nullptr;
   if (spm) {
     auto t = std::make_unique<SpmTokenizer>();
     spm_tok = t.get();
+    tok = std::move(t);
+  } else if (wpm) {
+    auto t = std::make_unique<WpmTokenizer>();
+    wpm_tok = t.get();
     tok = std::move(t);
   } else {
     auto t = std::make_unique<BpeTokenizer>();
@@ -806,6 +857,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(VocabSpec spec) {
     if (text.empty()) {
       text = absl::StrCat("[EMPTY_", i, "]");  // as llama.cpp
     }
+    if (wpm_tok != nullptr) {
+      wpm_tok->max_token_bytes_ = std::max(wpm_tok->max_token_bytes_, text.size());
+    }
     auto [it, inserted] = tok->token_to_id_.emplace(text, static_cast<TokenId>(i));
     if (!inserted) {
       return absl::InvalidArgumentError(absl::StrCat(kKeyTokens, ": duplicate token '", text,
@@ -830,9 +884,22 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(VocabSpec spec) {
     return id;
   };
   // llama.cpp's BPE defaults are 11 (from Falcon); real GGUFs set both keys.
-  tok->bos_id_ = resolve(spm ? 1 : 11, spec.bos_id);
-  tok->eos_id_ = resolve(spm ? 2 : 11, spec.eos_id);
-  tok->unk_id_ = resolve(spm ? 0 : -1, spec.unk_id);
+  // BERT's BOS is [CLS] (tokenizer.ggml.cls_token_id in older GGUFs), its
+  // [SEP] follows the text.
+  if (wpm) {
+    tok->bos_id_ = resolve(resolve(101, spec.cls_id), spec.bos_id);
+    tok->eos_id_ = resolve(-1, spec.eos_id);
+    tok->unk_id_ = resolve(100, spec.unk_id);
+    tok->sep_id_ = spec.add_eos.value_or(true) ? resolve(102, spec.sep_id) : -1;
+    if (tok->unk_id_ < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kKeyUnk, ": a 'bert' (WordPiece) vocab needs an unknown token"));
+    }
+  } else {
+    tok->bos_id_ = resolve(spm ? 1 : 11, spec.bos_id);
+    tok->eos_id_ = resolve(spm ? 2 : 11, spec.eos_id);
+    tok->unk_id_ = resolve(spm ? 0 : -1, spec.unk_id);
+  }
   TokenId eot_id = resolve(-1, spec.eot_id);
   TokenId eom_id = resolve(-1, spec.eom_id);
   FimIds& fim = tok->fim_ids_;
@@ -843,13 +910,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(VocabSpec spec) {
   fim.repo = resolve(-1, spec.fim_rep_id);
   fim.file_sep = resolve(-1, spec.fim_sep_id);
 
-  tok->add_bos_ = spec.add_bos.value_or(spm ? true : bpe_tok->pre_.add_bos);
+  tok->add_bos_ = spec.add_bos.value_or(bpe ? bpe_tok->pre_.add_bos : true);
   if (tok->add_bos_ && tok->bos_id_ < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(kKeyAddBos, " is true, but ", kKeyBos, " is not set"));
   }
-  // Only SPM adds (and Decode strips) the prefix space.
-  tok->add_space_prefix_ = spm && spec.add_space_prefix.value_or(true);
+  // Only SPM adds the prefix space; Decode strips it, and WPM's phantom space.
+  tok->add_space_prefix_ = wpm || (spm && spec.add_space_prefix.value_or(true));
 
   // EOT, EOM and FIM tokens the metadata does not name, found by token text as
   // llama.cpp does. Unlike llama.cpp, which takes whichever match its hash map

@@ -6,6 +6,10 @@
 //  - "gpt2": byte-level BPE over merges with a pre-tokenizer chosen by
 //    tokenizer.ggml.pre ("default"/"gpt-2", "llama-bpe"/"llama3", "qwen2",
 //    "smollm", ...).
+//  - "bert": WordPiece as BERT uncased (Hugging Face's BertNormalizer,
+//    BertPreTokenizer and WordPiece; llama.cpp's llm_tokenizer_wpm): accents
+//    stripped, lowercased, split at whitespace, punctuation and CJK
+//    ideographs, greedy longest match per word, [UNK] for a word that fails.
 // Special / control tokens in the text are matched before BPE when
 // `parse_special` is set (as llama.cpp's tokenize with parse_special=true),
 // except inside literal ranges (user content of a rendered chat template).
@@ -62,7 +66,8 @@ class Tokenizer {
   // the model / pre-tokenizer kind is unknown (the message lists known ones).
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
 
-  // Encodes UTF-8 text. Adds BOS when `add_bos` (and the vocab has one).
+  // Encodes UTF-8 text. Adds BOS when `add_bos` (and the vocab has one), and
+  // then sep_id() after the text (BERT: [CLS] text [SEP]).
   // With `parse_special`, control tokens written in the text ("<|im_end|>")
   // become their ids -- for text a chat template wrote, never for user text
   // unless asked; user-defined tokens (Qwen's "<tool_call>") always do.
@@ -81,11 +86,14 @@ class Tokenizer {
       absl::Span<const TextRange> literal) const = 0;
 
   // The bytes a token stands for when detokenizing (SPM: "▁" -> " ", <0x0A> ->
-  // "\n"; BPE: byte-level unicode mapped back to bytes). Control tokens give "".
+  // "\n"; BPE: byte-level unicode mapped back to bytes; WordPiece: "▁hello"
+  // -> " hello", a continuation "llo" as is). Control tokens give "".
   // May be an incomplete UTF-8 sequence; callers buffer (see Detokenizer).
   virtual std::string TokenToPiece(TokenId id) const = 0;
-  // Concatenated pieces; the SPM prefix space of the first non-control token
-  // is dropped, so Decode(Encode(s, add_bos)) == s for ordinary text.
+  // Concatenated pieces; the SPM (and WordPiece) leading space of the first
+  // non-control token is dropped, so Decode(Encode(s, add_bos)) == s for
+  // ordinary text -- except for WordPiece, which loses case, accents and
+  // spacing ("Hello, World!" -> "hello , world !"; no HF-style cleanup).
   virtual std::string Decode(absl::Span<const TokenId> ids) const = 0;
 
   int32_t vocab_size() const { return static_cast<int32_t>(tokens_.size()); }
@@ -94,6 +102,9 @@ class Tokenizer {
   TokenId bos_id() const { return bos_id_; }  // -1 when none
   TokenId eos_id() const { return eos_id_; }  // -1 when none
   TokenId eot_id() const { return eot_id_; }  // -1 when none
+  // The separator Encode appends with BOS: BERT's [SEP] (-1 when none, or when
+  // tokenizer.ggml.add_eos_token is false).
+  TokenId sep_id() const { return sep_id_; }
   const FimIds& fim_ids() const { return fim_ids_; }
   // End-of-generation ids: eos plus eot / eom / im_end style tokens the vocab
   // defines, and (as llama.cpp) the FIM pad, repo and file-separator tokens.
@@ -107,6 +118,7 @@ class Tokenizer {
   TokenId bos_id_ = -1;
   TokenId eos_id_ = -1;
   TokenId eot_id_ = -1;
+  TokenId sep_id_ = -1;
   FimIds fim_ids_;
   std::vector<TokenId> eog_ids_;
   bool add_bos_ = false;

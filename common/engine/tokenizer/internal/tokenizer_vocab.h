@@ -21,7 +21,7 @@ namespace tandem::engine::internal {
 // tokenizer.ggml.* metadata; optional keys absent from the file stay unset
 // and get llama.cpp's per-model defaults in MakeTokenizer.
 struct VocabSpec {
-  std::string model;                 // tokenizer.ggml.model: "llama" or "gpt2"
+  std::string model;                 // tokenizer.ggml.model: "llama", "gpt2" or "bert"
   std::optional<std::string> pre;    // tokenizer.ggml.pre
   std::string architecture;          // general.architecture ("" when absent)
   std::string name;                  // general.name: picks lstrip/rstrip rules as llama.cpp
@@ -32,7 +32,10 @@ struct VocabSpec {
   std::optional<int64_t> bos_id, eos_id, unk_id, eot_id, eom_id;
   // tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id
   std::optional<int64_t> fim_pre_id, fim_suf_id, fim_mid_id, fim_pad_id, fim_rep_id, fim_sep_id;
+  std::optional<int64_t> cls_id;         // tokenizer.ggml.cls_token_id (bert: BOS when unset)
+  std::optional<int64_t> sep_id;         // tokenizer.ggml.seperator_token_id (bert)
   std::optional<bool> add_bos;           // tokenizer.ggml.add_bos_token
+  std::optional<bool> add_eos;           // tokenizer.ggml.add_eos_token (bert: [SEP])
   std::optional<bool> add_space_prefix;  // tokenizer.ggml.add_space_prefix
 };
 

@@ -335,6 +335,37 @@ CodepointFlags GetCodepointFlags(uint32_t cp) {
   return CodepointFlags{LookupFlags(cp)};
 }
 
+void AppendBertNormalized(uint32_t cp, std::vector<uint32_t>* out) {
+  // Hangul syllables: Unicode 3.12 "Hangul Syllable Decomposition".
+  constexpr uint32_t kSBase = 0xAC00, kLBase = 0x1100, kVBase = 0x1161, kTBase = 0x11A7;
+  constexpr uint32_t kTCount = 28, kNCount = 21 * kTCount, kSCount = 19 * kNCount;
+  if (cp >= kSBase && cp < kSBase + kSCount) {
+    const uint32_t s = cp - kSBase;
+    out->push_back(kLBase + s / kNCount);
+    out->push_back(kVBase + (s % kNCount) / kTCount);
+    if (s % kTCount != 0) {
+      out->push_back(kTBase + s % kTCount);
+    }
+    return;
+  }
+  const CodepointSpan* marks_end = kNonspacingMarks + kNumNonspacingMarks;
+  const CodepointSpan* mark =
+      std::upper_bound(kNonspacingMarks, marks_end, cp,
+                       [](uint32_t c, const CodepointSpan& span) { return c < span.first; });
+  if (mark != kNonspacingMarks && cp <= (mark - 1)->last) {
+    return;
+  }
+  const BertMapping* mappings_end = kBertMappings + kNumBertMappings;
+  const BertMapping* m =
+      std::lower_bound(kBertMappings, mappings_end, cp,
+                       [](const BertMapping& mapping, uint32_t c) { return mapping.cp < c; });
+  if (m != mappings_end && m->cp == cp) {
+    out->insert(out->end(), m->to, m->to + m->length);
+    return;
+  }
+  out->push_back(cp);
+}
+
 absl::Status ValidateUtf8(absl::string_view text) {
   size_t pos = 0;
   if (base::IsValidUtf8(text, &pos)) {

@@ -52,6 +52,31 @@ extern const size_t kNumCodepointRanges;
 // Flags of `cp`; code points above U+10FFFF get kControl.
 CodepointFlags GetCodepointFlags(uint32_t cp);
 
+// --- BERT uncased normalization (generated tables in unicode_data.cc) ------------
+
+// An inclusive code point range.
+struct CodepointSpan {
+  uint32_t first;
+  uint32_t last;
+};
+// A code point and what BERT uncased normalization turns it into.
+constexpr int kMaxBertMapping = 3;
+struct BertMapping {
+  uint32_t cp;
+  uint8_t length;  // code points used in `to`
+  uint32_t to[kMaxBertMapping];
+};
+extern const CodepointSpan kNonspacingMarks[];  // Mn, sorted
+extern const size_t kNumNonspacingMarks;
+extern const BertMapping kBertMappings[];  // sorted by cp
+extern const size_t kNumBertMappings;
+
+// Appends what Hugging Face's BertNormalizer (strip_accents + lowercase, as
+// for uncased models) makes of `cp`: its canonical decomposition (NFD) without
+// nonspacing marks (Mn), lowercased. Nothing for a mark itself; Hangul
+// syllables decompose into their jamo.
+void AppendBertNormalized(uint32_t cp, std::vector<uint32_t>* out);
+
 // --- UTF-8 ---------------------------------------------------------------------
 
 // InvalidArgument "invalid UTF-8 at byte offset N (0xXX)" for the first

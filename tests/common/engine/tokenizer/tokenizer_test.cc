@@ -129,8 +129,8 @@ const Tokenizer* SharedTokenizer(const std::string& relative) {
 
 // Every .inp string of llama.cpp's vectors for `vocab` must give exactly the
 // .out ids (no BOS), as llama.cpp's test-tokenizer-0 (add_special = false,
-// parse_special = true).
-void ExpectVocabTestVectors(const Tokenizer* tok, const std::string& vocab) {
+// parse_special = true). A `lossless` tokenizer decodes them back to the input.
+void ExpectVocabTestVectors(const Tokenizer* tok, const std::string& vocab, bool lossless = true) {
   ASSERT_NE(tok, nullptr);
   const auto inputs = ReadInp(RequireSharedFile(absl::StrCat(kVocabDir, vocab, ".gguf.inp")));
   const auto expected = ReadOut(RequireSharedFile(absl::StrCat(kVocabDir, vocab, ".gguf.out")));
@@ -148,13 +148,15 @@ void ExpectVocabTestVectors(const Tokenizer* tok, const std::string& vocab) {
     }
     // Byte fallback / byte-level BPE lose nothing, and Decode drops the SPM
     // prefix space again.
-    EXPECT_EQ(tok->Decode(*ids), inputs[i]) << vocab << " string " << i;
+    if (lossless) {
+      EXPECT_EQ(tok->Decode(*ids), inputs[i]) << vocab << " string " << i;
+    }
   }
   EXPECT_EQ(matched, static_cast<int>(inputs.size()));
 }
 
-void ExpectSharedVocabTestVectors(const std::string& vocab) {
-  ExpectVocabTestVectors(SharedTokenizer(absl::StrCat(kVocabDir, vocab, ".gguf")), vocab);
+void ExpectSharedVocabTestVectors(const std::string& vocab, bool lossless = true) {
+  ExpectVocabTestVectors(SharedTokenizer(absl::StrCat(kVocabDir, vocab, ".gguf")), vocab, lossless);
 }
 
 TEST(TokenizerVocabTest, LlamaSpmMatchesLlamaCpp) {
@@ -210,13 +212,31 @@ TEST(TokenizerVocabTest, Gpt2Metadata) {
   EXPECT_EQ(tok->Decode(ids), "Hi<|endoftext|>");
 }
 
-TEST(TokenizerVocabTest, BertIsRejectedWithSupportedKinds) {
-  auto file = GgufFile::Open(RequireSharedFile("models/ggml-vocab/ggml-vocab-bert-bge.gguf"));
-  ASSERT_OK(file.status());
-  auto tok = Tokenizer::FromGguf(**file);
-  EXPECT_THAT(tok, StatusIs(absl::StatusCode::kInvalidArgument,
-                            ::testing::AllOf(HasSubstr("tokenizer.ggml.model"), HasSubstr("'bert'"),
-                                             HasSubstr("'llama'"), HasSubstr("'gpt2'"))));
+// WordPiece lowercases and strips accents, so the text does not come back.
+TEST(TokenizerVocabTest, BertBgeMatchesLlamaCpp) {
+  ExpectSharedVocabTestVectors("ggml-vocab-bert-bge", /*lossless=*/false);
+}
+
+TEST(TokenizerVocabTest, BertBgeMetadataAndSpecialTokens) {
+  const Tokenizer* tok = SharedTokenizer("models/ggml-vocab/ggml-vocab-bert-bge.gguf");
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(tok->vocab_size(), 30522);
+  EXPECT_EQ(tok->bos_id(), 101);  // [CLS], from tokenizer.ggml.cls_token_id
+  EXPECT_EQ(tok->sep_id(), 102);  // [SEP]
+  EXPECT_EQ(tok->eos_id(), -1);
+  EXPECT_TRUE(tok->add_bos());
+  // [CLS] hello world ! [SEP]; "[SEP]" in the text is the token only when parsed.
+  ASSERT_OK_AND_ASSIGN(auto ids, tok->Encode("Hello World!", /*add_bos=*/true, false));
+  EXPECT_THAT(ids, ElementsAre(101, 7592, 2088, 999, 102));
+  EXPECT_EQ(tok->Decode(ids), "hello world !");
+  EXPECT_EQ(tok->TokenToPiece(7592), " hello");
+  EXPECT_EQ(tok->TokenToPiece(101), "");
+  ASSERT_OK_AND_ASSIGN(ids, tok->Encode("", /*add_bos=*/true, false));
+  EXPECT_THAT(ids, ElementsAre(101, 102));
+  ASSERT_OK_AND_ASSIGN(ids, tok->Encode("a[SEP]b", false, /*parse_special=*/true));
+  EXPECT_THAT(ids, ElementsAre(1037, 102, 1038));
+  ASSERT_OK_AND_ASSIGN(ids, tok->Encode("a[SEP]b", false, /*parse_special=*/false));
+  EXPECT_THAT(ids, ElementsAre(1037, 1031, 19802, 1033, 1038));
 }
 
 // --- stories260K ---------------------------------------------------------------------
@@ -328,6 +348,77 @@ std::vector<TokenId> ParseIds(absl::string_view text) {
   return ids;
 }
 
+struct ReferenceCase {
+  std::string name;
+  std::string text;
+  nlohmann::json entry;  // the case's object in the JSON
+};
+
+// The cases of a reference JSON under tests/data (gen_tokenizer_vectors.py,
+// gen_wordpiece_vectors.py); ShareGPT cases get their text from ../shared.
+std::vector<ReferenceCase> LoadReferenceCases(const std::string& data_file) {
+  const auto doc = nlohmann::json::parse(ReadFile(RequireTestDataFile(data_file)), nullptr,
+                                         /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    ADD_FAILURE() << "malformed " << data_file;
+    return {};
+  }
+  const auto prompts =
+      nlohmann::json::parse(ReadFile(RequireSharedFile(doc.at("sharegpt").get<std::string>())),
+                            nullptr, /*allow_exceptions=*/false);
+  if (prompts.is_discarded()) {
+    ADD_FAILURE() << "malformed ShareGPT prompts";
+    return {};
+  }
+  std::map<std::string, std::string> sharegpt;
+  for (const auto& p : prompts) {
+    sharegpt[p.at("id").get<std::string>()] = p.at("conversations").at(0).at("value");
+  }
+  std::vector<ReferenceCase> cases;
+  for (const auto& c : doc.at("cases")) {
+    ReferenceCase rc{c.at("name").get<std::string>(), "", c};
+    if (c.contains("sharegpt_id")) {
+      auto it = sharegpt.find(c["sharegpt_id"].get<std::string>());
+      if (it == sharegpt.end()) {
+        ADD_FAILURE() << rc.name << " is not in the ShareGPT file";
+        continue;
+      }
+      rc.text = it->second;
+    } else {
+      rc.text = c.at("text").get<std::string>();
+    }
+    cases.push_back(std::move(rc));
+  }
+  return cases;
+}
+
+// Encode with parse_special gives ids.special, without it ids.plain (or
+// ids.special when absent); adds a failure naming `label` otherwise. Returns
+// the plain ids expected.
+std::vector<TokenId> ExpectReferenceIds(const Tokenizer& tok, const std::string& label,
+                                        const std::string& text, const nlohmann::json& ids,
+                                        int* matched) {
+  const std::vector<TokenId> special = ParseIds(ids.at("special").get<std::string>());
+  const std::vector<TokenId> plain =
+      ids.contains("plain") ? ParseIds(ids["plain"].get<std::string>()) : special;
+  auto got_special = tok.Encode(text, /*add_bos=*/false, true);
+  auto got_plain = tok.Encode(text, /*add_bos=*/false, false);
+  if (!got_special.ok() || !got_plain.ok()) {
+    ADD_FAILURE() << label << ": " << got_special.status() << " " << got_plain.status();
+    return plain;
+  }
+  if (*got_special == special && *got_plain == plain) {
+    ++*matched;
+  } else {
+    ADD_FAILURE() << label << " \"" << Escaped(text.substr(0, 200))
+                  << "\"\n  parse_special got:      " << Ids(*got_special)
+                  << "\n  parse_special expected: " << Ids(special)
+                  << "\n  plain got:              " << Ids(*got_plain)
+                  << "\n  plain expected:         " << Ids(plain);
+  }
+  return plain;
+}
+
 // The ids Hugging Face `tokenizers` gives for the same GGUF
 // (tests/reference/gen_tokenizer_vectors.py): Encode with and without
 // parse_special, and Decode (and the Detokenizer) of the plain ids gives back
@@ -335,47 +426,15 @@ std::vector<TokenId> ParseIds(absl::string_view text) {
 void ExpectMatchesHuggingFace(const RealModel& model) {
   const Tokenizer* tok = ModelTokenizer(model);
   ASSERT_NE(tok, nullptr);
-  const auto doc =
-      nlohmann::json::parse(ReadFile(RequireTestDataFile("tokenizer/real_vocab_vectors.json")),
-                            nullptr, /*allow_exceptions=*/false);
-  ASSERT_FALSE(doc.is_discarded()) << "malformed real_vocab_vectors.json";
-  const auto prompts =
-      nlohmann::json::parse(ReadFile(RequireSharedFile(doc.at("sharegpt").get<std::string>())),
-                            nullptr, /*allow_exceptions=*/false);
-  ASSERT_FALSE(prompts.is_discarded()) << "malformed ShareGPT prompts";
-  std::map<std::string, std::string> sharegpt;
-  for (const auto& p : prompts) {
-    sharegpt[p.at("id").get<std::string>()] = p.at("conversations").at(0).at("value");
-  }
-  const auto& cases = doc.at("cases");
+  const std::vector<ReferenceCase> cases = LoadReferenceCases("tokenizer/real_vocab_vectors.json");
   ASSERT_GE(cases.size(), 200u);
   int matched = 0;
-  for (const auto& c : cases) {
-    const std::string name = c.at("name").get<std::string>();
-    std::string text;
-    if (c.contains("sharegpt_id")) {
-      auto it = sharegpt.find(c["sharegpt_id"].get<std::string>());
-      ASSERT_NE(it, sharegpt.end()) << name << " is not in the ShareGPT file";
-      text = it->second;
-    } else {
-      text = c.at("text").get<std::string>();
-    }
-    const auto& ids = c.at(model.key);
-    const std::vector<TokenId> special = ParseIds(ids.at("special").get<std::string>());
+  for (const ReferenceCase& c : cases) {
+    const std::string& text = c.text;
+    const std::string label = absl::StrCat(model.key, " ", c.name);
     const std::vector<TokenId> plain =
-        ids.contains("plain") ? ParseIds(ids["plain"].get<std::string>()) : special;
-    ASSERT_OK_AND_ASSIGN(auto got_special, tok->Encode(text, /*add_bos=*/false, true));
-    ASSERT_OK_AND_ASSIGN(auto got_plain, tok->Encode(text, /*add_bos=*/false, false));
-    if (got_special == special && got_plain == plain) {
-      ++matched;
-    } else {
-      ADD_FAILURE() << model.key << " " << name << " \"" << Escaped(text.substr(0, 200))
-                    << "\"\n  parse_special got:      " << Ids(got_special)
-                    << "\n  parse_special expected: " << Ids(special)
-                    << "\n  plain got:              " << Ids(got_plain)
-                    << "\n  plain expected:         " << Ids(plain);
-    }
-    EXPECT_EQ(tok->Decode(plain), text) << model.key << " " << name;
+        ExpectReferenceIds(*tok, label, text, c.entry.at(model.key), &matched);
+    EXPECT_EQ(tok->Decode(plain), text) << label;
     // Streamed one id at a time (byte-level tokens split CJK and emoji), the
     // text comes out whole too.
     Detokenizer detok(*tok);
@@ -383,9 +442,24 @@ void ExpectMatchesHuggingFace(const RealModel& model) {
     for (TokenId id : plain) {
       streamed += detok.Push(id);
     }
-    EXPECT_EQ(streamed + detok.Flush(), text) << model.key << " " << name << " (streamed)";
+    EXPECT_EQ(streamed + detok.Flush(), text) << label << " (streamed)";
   }
   EXPECT_EQ(matched, static_cast<int>(cases.size())) << model.key;
+}
+
+// Hugging Face's BERT uncased pipeline over the same vocabulary
+// (tests/reference/gen_wordpiece_vectors.py): Unicode edge cases, llama.cpp's
+// strings and ShareGPT prompts.
+TEST(TokenizerVocabTest, BertBgeMatchesHuggingFace) {
+  const Tokenizer* tok = SharedTokenizer("models/ggml-vocab/ggml-vocab-bert-bge.gguf");
+  ASSERT_NE(tok, nullptr);
+  const std::vector<ReferenceCase> cases = LoadReferenceCases("tokenizer/wordpiece_vectors.json");
+  ASSERT_GE(cases.size(), 300u);
+  int matched = 0;
+  for (const ReferenceCase& c : cases) {
+    ExpectReferenceIds(*tok, c.name, c.text, c.entry, &matched);
+  }
+  EXPECT_EQ(matched, static_cast<int>(cases.size()));
 }
 
 TEST(TokenizerRealVocabTest, SmolLm2MatchesHuggingFace) { ExpectMatchesHuggingFace(kSmolLm2); }
@@ -573,8 +647,10 @@ TEST(UnicodeTest, ByteMappingIsGpt2s) {
 
 // --- UTF-8 validation ---------------------------------------------------------------
 
-TEST(TokenizerUtf8Test, InvalidUtf8IsRejectedWithOffset) {
-  const Tokenizer* tok = SharedTokenizer("models/ggml-vocab/ggml-vocab-gpt-2.gguf");
+class TokenizerUtf8Test : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(TokenizerUtf8Test, InvalidUtf8IsRejectedWithOffset) {
+  const Tokenizer* tok = SharedTokenizer(absl::StrCat(kVocabDir, GetParam()));
   ASSERT_NE(tok, nullptr);
   struct Case {
     std::string text;
@@ -599,6 +675,10 @@ TEST(TokenizerUtf8Test, InvalidUtf8IsRejectedWithOffset) {
   }
   EXPECT_OK(tok->Encode("\xF0\x9F\xA6\x99 \xE2\x82\xAC \xC3\xA4", false, false).status());
 }
+
+INSTANTIATE_TEST_SUITE_P(Vocabs, TokenizerUtf8Test,
+                         ::testing::Values("ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf",
+                                           "ggml-vocab-bert-bge.gguf"));
 
 // --- Detokenizer ------------------------------------------------------------------
 
@@ -716,6 +796,53 @@ struct TinyBpe {
 };
 
 int32_t ByteId(char c) { return static_cast<uint8_t>(c); }
+
+// A tiny WordPiece vocab in llama.cpp's phantom-space form: greedy longest
+// match, [UNK] for a word that can't be cut, and the special-token keys.
+TEST(TokenizerWpmTest, GreedyLongestMatchAndSpecialKeys) {
+  const std::vector<std::string> tokens = {
+      "[PAD]", "[UNK]",         "[CLS]", "[SEP]", "\xE2\x96\x81un", "\xE2\x96\x81una", "aff",
+      "able",  "\xE2\x96\x81u", "n",     "a",     "\xE2\x96\x81!"};
+  auto writer = [&]() {
+    GgufWriter w;
+    w.SetString("general.architecture", "bert");
+    w.SetString("tokenizer.ggml.model", "bert");
+    w.SetStringArray("tokenizer.ggml.tokens", tokens);
+    w.SetInt32Array("tokenizer.ggml.token_type", {3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1});
+    w.SetUint32("tokenizer.ggml.unknown_token_id", 1);
+    w.SetUint32("tokenizer.ggml.cls_token_id", 2);  // as bge's GGUF: no bos_token_id
+    w.SetUint32("tokenizer.ggml.seperator_token_id", 3);
+    return w;
+  };
+  auto file = WriteAndOpen(writer());
+  ASSERT_NE(file, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto tok, Tokenizer::FromGguf(*file));
+  // "unaffable": the longest first piece is "▁una", after which "ff..." has
+  // no piece, so the whole word is [UNK] (greedy, no backtracking to "▁un"
+  // "aff" "able", as BERT).
+  ASSERT_OK_AND_ASSIGN(auto ids, tok->Encode("UNAFFABLE unaff!", /*add_bos=*/true, false));
+  EXPECT_THAT(ids, ElementsAre(2, 1, 1, 11, 3));
+  ASSERT_OK_AND_ASSIGN(ids, tok->Encode("Un  Aff", false, false));
+  EXPECT_THAT(ids, ElementsAre(4, 1));
+  ASSERT_OK_AND_ASSIGN(ids, tok->Encode("una una-", false, false));
+  EXPECT_THAT(ids, ElementsAre(5, 5, 1));  // "-" is a word of its own, not in the vocab
+  EXPECT_EQ(tok->Decode({4, 6, 7, 11}), "unaffable !");
+
+  EXPECT_EQ(tok->bos_id(), 2);
+  EXPECT_EQ(tok->sep_id(), 3);
+
+  // bos_token_id wins over cls_token_id; add_eos_token = false drops the
+  // separator.
+  GgufWriter w = writer();
+  w.SetUint32("tokenizer.ggml.bos_token_id", 0);
+  w.SetBool("tokenizer.ggml.add_eos_token", false);
+  file = WriteAndOpen(w);
+  ASSERT_NE(file, nullptr);
+  ASSERT_OK_AND_ASSIGN(tok, Tokenizer::FromGguf(*file));
+  EXPECT_EQ(tok->sep_id(), -1);
+  ASSERT_OK_AND_ASSIGN(ids, tok->Encode("u", /*add_bos=*/true, false));
+  EXPECT_THAT(ids, ElementsAre(0, 8));
+}
 
 TEST(TokenizerBpeTest, MergesByRankLeftmostFirst) {
   TinyBpe v;
@@ -916,7 +1043,19 @@ TEST(TokenizerMetadataTest, ErrorsNameTheKey) {
        {"tokenizer.ggml.model", "string", "uint32"}},
       {"unknown model",
        [](GgufWriter* w) { w->SetString("tokenizer.ggml.model", "t5"); },
-       {"tokenizer.ggml.model", "'t5'", "'llama'", "'gpt2'"}},
+       {"tokenizer.ggml.model", "'t5'", "'llama'", "'gpt2'", "'bert'"}},
+      {"bert without an unknown token",  // the default, 100, is outside the vocab
+       [](GgufWriter* w) {
+         w->SetString("tokenizer.ggml.model", "bert");
+         w->SetStringArray("tokenizer.ggml.tokens", {"a", "b"});
+       },
+       {"tokenizer.ggml.unknown_token_id", "'bert'"}},
+      {"separator wrong type",
+       [](GgufWriter* w) { w->SetString("tokenizer.ggml.seperator_token_id", "2"); },
+       {"tokenizer.ggml.seperator_token_id", "integer"}},
+      {"add_eos wrong type",
+       [](GgufWriter* w) { w->SetUint32("tokenizer.ggml.add_eos_token", 1); },
+       {"tokenizer.ggml.add_eos_token", "bool"}},
       {"unknown pre",
        [](GgufWriter* w) { w->SetString("tokenizer.ggml.pre", "nope"); },
        {"tokenizer.ggml.pre", "'nope'", "llama-bpe", "qwen2", "gpt-2"}},

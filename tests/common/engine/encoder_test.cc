@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "common/engine/format/gguf.h"
 #include "common/engine/format/npy.h"
 #include "common/engine/model_store.h"
+#include "common/engine/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -120,6 +122,27 @@ TEST_F(EncoderTest, BatchMatchesReference) {
 
 // Packing must keep each sequence to itself: one at a time gives the same bits as the
 // whole batch (MatMul is batch invariant, everything else row- or sequence-local).
+// Text to ids through our own WordPiece tokenizer on the converted GGUF's
+// vocabulary: the ids the reference got from Hugging Face's BERT tokenizer
+// (truncated at 256 there; the longest case is within it), so the router can
+// embed text end to end.
+TEST_F(EncoderTest, OurTokenizerGivesTheReferenceIds) {
+  ASSERT_OK_AND_ASSIGN(const std::string path, ResolveModelPath("all-minilm-l6-v2"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromGguf(*file));
+  for (size_t s = 0; s < texts_.size(); ++s) {
+    SCOPED_TRACE(texts_[s]);
+    ASSERT_OK_AND_ASSIGN(std::vector<TokenId> ids,
+                         tokenizer->Encode(texts_[s], /*add_bos=*/true, /*parse_special=*/false));
+    if (ids.size() > 256) {  // sentence-transformers' max_seq_length: [CLS] ... [SEP] kept
+      const TokenId sep = ids.back();
+      ids.resize(255);
+      ids.push_back(sep);
+    }
+    EXPECT_EQ(ids, ids_[s]);
+  }
+}
+
 TEST_F(EncoderTest, OneAtATimeEqualsBatch) {
   auto batch = encoder_->Embed(ids_);
   ASSERT_OK(batch.status());

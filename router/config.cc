@@ -175,6 +175,21 @@ absl::Status RouterConfig::Validate() const {
   return absl::OkStatus();
 }
 
+absl::Status ParseEmbedding(const YAML::Node& root, absl::string_view base_dir,
+                            EmbeddingConfig* out) {
+  if (!root || !root.IsMap() || !root["embedding"]) return absl::OkStatus();
+  YAML::Node e = root["embedding"];
+  RETURN_IF_ERROR(CheckKeys(e, "embedding", {"model", "threads", "max_seq_tokens", "max_batch"}));
+  RETURN_IF_ERROR(ReadString(e, "model", "embedding", &out->model));
+  RETURN_IF_ERROR(ReadInt32(e, "threads", "embedding", &out->threads));
+  RETURN_IF_ERROR(ReadInt32(e, "max_seq_tokens", "embedding", &out->max_seq_tokens));
+  RETURN_IF_ERROR(ReadInt32(e, "max_batch", "embedding", &out->max_batch));
+  if (engine::FindKnownModel(out->model) == nullptr) {  // a name stays a name
+    out->model = ResolvePath(out->model, base_dir);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
                                                    absl::string_view base_dir) {
   ASSIGN_OR_RETURN(YAML::Node root, internal::LoadYaml(yaml));
@@ -183,7 +198,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
                             {"grpc_address", "http_address", "mode", "max_route_attempts",
                              "http_threads", "http_backlog", "models", "workers", "internal_tls",
                              "allow_insecure_internal", "limits", "auth",
-                             "expose_route_workers"}));
+                             "expose_route_workers", "embedding"}));
   RETURN_IF_ERROR(ReadString(root, "grpc_address", "", &c.grpc_address));
   RETURN_IF_ERROR(ReadString(root, "http_address", "", &c.http_address));
   std::string mode(RoutingModeName(c.mode));
@@ -280,6 +295,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
     RETURN_IF_ERROR(ReadBool(a, "public_metrics", "auth", &x.public_metrics));
     x.keys_file = ResolvePath(x.keys_file, base_dir);
   }
+  RETURN_IF_ERROR(ParseEmbedding(root, base_dir, &c.embedding));
   return c;
 }
 

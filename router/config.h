@@ -76,6 +76,12 @@
 //     public_metrics: true          # /metrics needs no key
 //   expose_route_workers: false     # GenerateResponse.route names the workers'
 //                                   # ids (addresses by default); off: left empty
+//   embedding:                      # sentence embeddings (router/embedder.h) for the
+//                                   # semantic cache and complexity routing
+//     model: ""                     # e.g. all-minilm-l6-v2 (docs/models.md); "" = off
+//     threads: 1                    # encoder threads
+//     max_seq_tokens: 256           # longer texts are cut (sentence-transformers' limit)
+//     max_batch: 32                 # texts per encoder call (concurrent callers batch)
 
 #include <cstdint>
 #include <string>
@@ -149,6 +155,15 @@ struct AuthConfig {
   bool public_metrics = true;
 };
 
+// The router's sentence-embedding model (router/embedder.h), for the
+// semantic cache and complexity routing.
+struct EmbeddingConfig {
+  std::string model;             // a GGUF path or model name; "" = no embedder
+  int32_t threads = 1;           // encoder threads
+  int32_t max_seq_tokens = 256;  // [CLS] ... [SEP] included; longer texts are cut
+  int32_t max_batch = 32;        // texts per encoder call
+};
+
 struct RouterConfig {
   std::string grpc_address = "0.0.0.0:50051";
   std::string http_address = "0.0.0.0:8080";
@@ -166,6 +181,7 @@ struct RouterConfig {
   // Public clients see which workers served them (RouteInfo.prefill_worker /
   // decode_worker): worker ids default to role@address, an internal detail.
   bool expose_route_workers = false;
+  EmbeddingConfig embedding;
 
   // InvalidArgument naming the field; FailedPrecondition for a non-loopback
   // worker address (static or dns) without internal_tls unless

@@ -28,11 +28,13 @@ const char* FinishReasonName(FinishReason r) {
 }
 
 Router::Router(RouterConfig config, ModelCatalog catalog, SnapshotSource snapshots,
-               base::MetricsRegistry& metrics, base::Clock& clock)
+               base::MetricsRegistry& metrics, base::Clock& clock,
+               std::shared_ptr<Embedder> embedder)
     : config_(std::move(config)),
       catalog_(std::move(catalog)),
       snapshots_(std::move(snapshots)),
       clock_(clock),
+      embedder_(std::move(embedder)),
       metrics_(metrics) {}
 
 Router::~Router() { Shutdown(absl::ZeroDuration()); }

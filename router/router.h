@@ -32,6 +32,7 @@
 #include "common/base/clock.h"
 #include "common/base/metrics.h"
 #include "router/config.h"
+#include "router/embedder.h"
 #include "router/generation.h"
 #include "router/model_catalog.h"
 #include "router/picker.h"
@@ -55,8 +56,11 @@ int64_t MaxPromptBytes(const LimitsConfig& limits, const ServedModel& model);
 
 class Router {
  public:
+  // `embedder` (may be null: no embedding model configured) serves the
+  // semantic cache and complexity routing.
   Router(RouterConfig config, ModelCatalog catalog, SnapshotSource snapshots,
-         base::MetricsRegistry& metrics, base::Clock& clock = base::RealClock::Get());
+         base::MetricsRegistry& metrics, base::Clock& clock = base::RealClock::Get(),
+         std::shared_ptr<Embedder> embedder = nullptr);
   ~Router();  // Shutdown(absl::ZeroDuration())
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
@@ -92,6 +96,8 @@ class Router {
   base::Clock& clock() const { return clock_; }
   std::shared_ptr<const RegistrySnapshot> snapshot() const { return snapshots_(); }
   int inflight() const { return inflight_.load(std::memory_order_relaxed); }
+  // Null when the config has no embedding model.
+  Embedder* embedder() const { return embedder_.get(); }
 
  private:
   friend class internal::RequestRun;
@@ -114,6 +120,7 @@ class Router {
   const ModelCatalog catalog_;
   const SnapshotSource snapshots_;
   base::Clock& clock_;
+  const std::shared_ptr<Embedder> embedder_;
   RouterMetrics metrics_;
   std::atomic<int> inflight_{0};
 

@@ -53,16 +53,27 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterConfig 
   if (!config.internal_tls.enabled() && config.allow_insecure_internal) {
     LOG(WARNING) << "router: talking to workers WITHOUT TLS (allow_insecure_internal)";
   }
-  return std::unique_ptr<RouterServer>(new RouterServer(
-      std::move(config), *std::move(catalog), std::move(api_keys), *std::move(credentials)));
+  std::shared_ptr<Embedder> embedder;
+  if (!config.embedding.model.empty()) {
+    absl::StatusOr<std::unique_ptr<Embedder>> loaded = Embedder::Load(config.embedding);
+    if (!loaded.ok()) {
+      return absl::Status(loaded.status().code(),
+                          absl::StrCat("embedding.model: ", loaded.status().message()));
+    }
+    embedder = std::move(*loaded);
+  }
+  return std::unique_ptr<RouterServer>(
+      new RouterServer(std::move(config), *std::move(catalog), std::move(api_keys),
+                       *std::move(credentials), std::move(embedder)));
 }
 
 RouterServer::RouterServer(RouterConfig config, ModelCatalog catalog, ApiKeys api_keys,
-                           std::shared_ptr<grpc::ChannelCredentials> worker_credentials)
+                           std::shared_ptr<grpc::ChannelCredentials> worker_credentials,
+                           std::shared_ptr<Embedder> embedder)
     : watcher_(WatcherOptions(config.discovery, std::move(worker_credentials), &router_for_watcher_,
                               [this](const RegistrySnapshot& s) { OnPublish(s); })),
       router_(std::move(config), std::move(catalog), [this] { return watcher_.snapshot(); },
-              metrics_),
+              metrics_, base::RealClock::Get(), std::move(embedder)),
       api_keys_(std::move(api_keys)),
       service_(router_, api_keys_),
       http_(router_, metrics_, api_keys_, [this] { return Live(); }) {

@@ -81,7 +81,8 @@ class RouterServer {
 
  private:
   RouterServer(RouterConfig config, ModelCatalog catalog, ApiKeys api_keys,
-               std::shared_ptr<grpc::ChannelCredentials> worker_credentials);
+               std::shared_ptr<grpc::ChannelCredentials> worker_credentials,
+               std::shared_ptr<Embedder> embedder);
   // Control thread (the watcher's on_publish): grpc.health.v1 follows readiness.
   void OnPublish(const RegistrySnapshot& snapshot);
   // Sets grpc.health.v1 from `snapshot` unless draining.

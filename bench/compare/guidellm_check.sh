@@ -8,7 +8,7 @@
 #   bench/compare/guidellm_check.sh [--model NAME]
 #       [--system colocated|disaggregated|llama-server|mock]
 #       [--rate R] [--prompt-tokens P] [--output-tokens O] [--requests N]
-#       [--reps K] [--out DIR]
+#       [--reps K] [--out DIR] [--server-cpus LIST --client-cpus LIST]
 #
 # 1. GuideLLM 0.8.1 (PyPI, pinned) in a venv under
 #    ${TANDEM_VENVS:-$HOME/.cache/tandem/venvs}/guidellm-0.8.1 (installed on
@@ -28,6 +28,11 @@
 #    text of P prompt tokens and O output tokens, N requests), then
 #    tandem-replay --protocol http at R requests/s with evenly spaced arrivals
 #    (gamma, burstiness 1e6: coefficient of variation 0.001), the same P, O, N.
+#    With --server-cpus / --client-cpus (taskset CPU lists, e.g. 1 and 0) the
+#    server and every process it starts run on the first set and both tools
+#    on the second, so a client's own CPU use cannot slow the server it
+#    measures (GuideLLM uses ~0.4 of a core at 0.5 rps; on a 2-core machine
+#    that alone changes the server's latencies).
 # 5. bench/compare/guidellm_compare.py prints the medians side by side (both
 #    tools' own numbers, and each statistic recomputed from the other tool's
 #    per-request times, so definitions and measurements are told apart), and,
@@ -48,13 +53,21 @@ REPS=1
 THREADS=2
 SLOTS=16
 OUT=${TMPDIR:-/tmp}/tandem-guidellm-$(date -u +%Y%m%dT%H%M%SZ)
+SERVER_CPUS=
+CLIENT_CPUS=
 GUIDELLM_VERSION=0.8.1
 
 # shellcheck source=bench/compare/lib.sh
 . bench/compare/lib.sh
 
-parse_flags 2,37 --model=MODEL --system=SYSTEM --rate=RATE --prompt-tokens=PROMPT_TOKENS \
-  --output-tokens=OUTPUT_TOKENS --requests=REQUESTS --reps=REPS --out=OUT -- "$@"
+parse_flags 2,42 --model=MODEL --system=SYSTEM --rate=RATE --prompt-tokens=PROMPT_TOKENS \
+  --output-tokens=OUTPUT_TOKENS --requests=REQUESTS --reps=REPS --out=OUT \
+  --server-cpus=SERVER_CPUS --client-cpus=CLIENT_CPUS -- "$@"
+if [ -n "$SERVER_CPUS$CLIENT_CPUS" ] && { [ -z "$SERVER_CPUS" ] || [ -z "$CLIENT_CPUS" ]; }; then
+  die "--server-cpus and --client-cpus go together"
+fi
+client=()
+[ -z "$CLIENT_CPUS" ] || client=(taskset -c "$CLIENT_CPUS")
 require_positive_ints "--prompt-tokens:$PROMPT_TOKENS" "--output-tokens:$OUTPUT_TOKENS" \
   "--requests:$REQUESTS" "--reps:$REPS"
 [[ $RATE =~ ^[0-9]*\.?[0-9]+$ ]] || die "--rate must be a positive number, got '$RATE'"
@@ -94,11 +107,16 @@ if [ "$SYSTEM" = mock ]; then
   done
   model_flag=(--model "$MODEL")
 else
+  # Processes inherit the CPU set: the server gets SERVER_CPUS, then this
+  # shell goes back to every CPU.
+  [ -z "$SERVER_CPUS" ] || taskset -cp "$SERVER_CPUS" $$ >/dev/null
   start_server "$SYSTEM"
+  [ -z "$SERVER_CPUS" ] || taskset -cp "0-$(($(nproc --all) - 1))" $$ >/dev/null
 fi
 echo "guidellm_check: $SYSTEM on http://$HTTP_TARGET, $MODEL, $RATE rps, $PROMPT_TOKENS in," \
   "$OUTPUT_TOKENS out, $REQUESTS requests x $REPS, results in $OUT" >&2
 lscpu | grep 'Model name' >"$OUT/cpu.txt" || true
+[ -z "$SERVER_CPUS" ] || echo "server on CPUs $SERVER_CPUS, clients on CPUs $CLIENT_CPUS" >>"$OUT/cpu.txt"
 
 for rep in $(seq 1 "$REPS"); do
   echo "guidellm_check: rep $rep: guidellm ($(uptime | sed 's/.*load/load/'))" >&2
@@ -106,7 +124,7 @@ for rep in $(seq 1 "$REPS"); do
   # CPU seconds each client used (/usr/bin/time): on a small machine the
   # client competes with the server for the same cores.
   /usr/bin/time -o "$OUT/cpu.guidellm-$rep" -f "%e s wall, %U s user, %S s sys" \
-    "$venv/bin/guidellm" run \
+    "${client[@]}" "$venv/bin/guidellm" run \
     --backend "kind=openai_http,target=http://$HTTP_TARGET,request_format=/v1/completions" \
     --profile "kind=constant,rate=$RATE" \
     --data "kind=synthetic_text,prompt_tokens=$PROMPT_TOKENS,output_tokens=$OUTPUT_TOKENS" \
@@ -118,7 +136,7 @@ for rep in $(seq 1 "$REPS"); do
   echo "guidellm_check: rep $rep: tandem-replay ($(uptime | sed 's/.*load/load/'))" >&2
   uptime >"$OUT/uptime.replay-$rep"
   /usr/bin/time -o "$OUT/cpu.replay-$rep" -f "%e s wall, %U s user, %S s sys" \
-    build/bin/tandem-replay --target "$HTTP_TARGET" --protocol http --tokenizer "$GGUF" \
+    "${client[@]}" build/bin/tandem-replay --target "$HTTP_TARGET" --protocol http --tokenizer "$GGUF" \
     --arrival gamma --burstiness 1e6 --rate "$RATE" --input-tokens "$PROMPT_TOKENS" \
     --output-tokens "$OUTPUT_TOKENS" --max-requests "$REQUESTS" --grace 60 "${model_flag[@]}" \
     --progress lines --plot=false --output "$OUT/replay-$rep" \

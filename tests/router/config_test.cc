@@ -233,5 +233,28 @@ TEST(RouterConfigTest, AuthErrorsNameTheKey) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("auth.keys_env")));
 }
 
+TEST(RouterConfigTest, EmbeddingSection) {
+  RouterConfig defaults;
+  EXPECT_EQ(defaults.embedding.model, "");
+  absl::StatusOr<RouterConfig> c = ParseRouterConfigYaml(R"(
+models: [{path: a.gguf}]
+embedding: {model: all-minilm-l6-v2, threads: 2, max_seq_tokens: 128, max_batch: 8}
+)",
+                                                         "/etc/tandem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->embedding.model, "all-minilm-l6-v2");  // a model name stays a name
+  EXPECT_EQ(c->embedding.threads, 2);
+  EXPECT_EQ(c->embedding.max_seq_tokens, 128);
+  EXPECT_EQ(c->embedding.max_batch, 8);
+  c = ParseRouterConfigYaml("embedding: {model: m/minilm.gguf}", "/etc/tandem");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->embedding.model, "/etc/tandem/m/minilm.gguf");
+  EXPECT_THAT(ParseRouterConfigYaml("embedding: {modle: x}"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("unknown key 'embedding.modle'")));
+  EXPECT_THAT(ParseRouterConfigYaml("embedding: {threads: two}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("embedding.threads")));
+}
+
 }  // namespace
 }  // namespace tandem::router

@@ -1,0 +1,122 @@
+// router/embedder.h: text -> our WordPiece tokenizer -> the encoder, batched
+// across callers. The vectors themselves are checked against the reference in
+// tests/common/engine/encoder_test.cc; here: the embedder gives exactly the
+// encoder's bits for the tokenizer's ids, whatever the batching, and cuts long
+// texts as sentence-transformers does.
+
+#include "router/embedder.h"
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/engine/format/gguf.h"
+#include "common/engine/model_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tandem::router {
+namespace {
+
+using ::testing::HasSubstr;
+using ::tandem::testing::StatusIs;
+
+constexpr char kModel[] = "all-minilm-l6-v2";
+
+std::vector<std::string> Texts() {
+  return {"How do I reverse a list in Python?",
+          "What is the capital of France?",
+          "Write a haiku about autumn leaves.",
+          "Explain the difference between TCP and UDP.",
+          "Summarize the plot of Hamlet in two sentences."};
+}
+
+// The encoder run directly on our tokenizer's ids, one text per call.
+std::vector<std::vector<float>> Direct(const std::vector<std::string>& texts) {
+  const std::string path = *engine::ResolveModelPath(kModel);
+  auto file = engine::GgufFile::Open(path);
+  auto tokenizer = engine::Tokenizer::FromGguf(**file);
+  auto encoder = engine::Encoder::Load(path);
+  std::vector<std::vector<float>> out;
+  for (const std::string& t : texts) {
+    auto ids = (*tokenizer)->Encode(t, /*add_bos=*/true, /*parse_special=*/false);
+    auto v = (*encoder)->Embed({*ids});
+    out.push_back((*v)[0]);
+  }
+  return out;
+}
+
+TEST(EmbedderTest, BatchesWholeCallersAndKeepsTheEncodersBits) {
+  EmbeddingConfig config;
+  config.model = kModel;
+  config.max_batch = 2;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Embedder> embedder, Embedder::Load(config));
+  EXPECT_EQ(embedder->dim(), 384);
+  const std::vector<std::string> texts = Texts();
+  const std::vector<std::vector<float>> want = Direct(texts);
+
+  ASSERT_OK_AND_ASSIGN(std::vector<Embedding> all, embedder->EmbedAll(texts));
+  ASSERT_EQ(all.size(), texts.size());
+  // One caller's 5 texts with max_batch 2: one encoder call (a caller is
+  // never split), every vector bit-identical to the text embedded alone.
+  EXPECT_EQ(embedder->encoder_calls(), 1);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_EQ(all[i].vector, want[i]) << texts[i];
+    EXPECT_FALSE(all[i].truncated);
+  }
+
+  // Concurrent callers: whatever batches form, the same bits.
+  std::vector<std::vector<float>> got(texts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    threads.emplace_back([&, i] {
+      for (int rep = 0; rep < 4; ++rep) {
+        absl::StatusOr<Embedding> e = embedder->Embed(texts[i]);
+        if (e.ok()) got[i] = e->vector;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(got[i], want[i]) << texts[i];
+  EXPECT_EQ(embedder->texts_embedded(), 5 + 5 * 4);
+  EXPECT_LE(embedder->encoder_calls(), 1 + 5 * 4);
+}
+
+TEST(EmbedderTest, CutsLongTextsAndSaysSo) {
+  EmbeddingConfig config;
+  config.model = kModel;
+  config.max_seq_tokens = 16;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Embedder> embedder, Embedder::Load(config));
+  const std::string head =
+      "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen";
+  ASSERT_OK_AND_ASSIGN(Embedding a, embedder->Embed(head + " sixteen seventeen"));
+  ASSERT_OK_AND_ASSIGN(Embedding b, embedder->Embed(head + " and something else entirely"));
+  EXPECT_TRUE(a.truncated);
+  EXPECT_TRUE(b.truncated);
+  EXPECT_EQ(a.tokens, 16);
+  EXPECT_EQ(a.vector, b.vector);  // the cut hides the difference: callers must know
+  ASSERT_OK_AND_ASSIGN(Embedding c, embedder->Embed("one two"));
+  EXPECT_FALSE(c.truncated);
+  EXPECT_EQ(c.tokens, 4);  // [CLS] one two [SEP]
+}
+
+TEST(EmbedderTest, BadConfigNamesTheField) {
+  EmbeddingConfig config;
+  config.model = kModel;
+  config.threads = 0;
+  EXPECT_THAT(Embedder::Load(config),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("embedding.threads")));
+  config.threads = 1;
+  config.max_seq_tokens = 513;
+  EXPECT_THAT(Embedder::Load(config),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("embedding.max_seq_tokens")));
+  config.max_seq_tokens = 256;
+  config.model = "/nonexistent/minilm.gguf";
+  EXPECT_FALSE(Embedder::Load(config).ok());
+}
+
+}  // namespace
+}  // namespace tandem::router

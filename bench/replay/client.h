@@ -4,7 +4,7 @@
 // client calls the router's public tandem.v1.Generation/Generate; the HTTP
 // client POSTs /v1/completions with stream=true (SSE) and
 // stream_options.include_usage. Both send max_tokens with ignore_eos (the
-// router honours it on both fronts), temperature 0, and
+// router honours it on both fronts), the given temperature (0 by default), and
 // "Authorization: Bearer KEY" when an API key is given.
 #include <atomic>
 #include <memory>
@@ -48,6 +48,9 @@ struct ClientOptions {
   std::string target;   // host:port
   std::string model;    // sent with each request ("" = the router's default)
   std::string api_key;  // "" = none
+  // Sampling temperature sent with each request: 0 (greedy, the default) or
+  // e.g. 1.0 to load the server as a client that leaves OpenAI's default does.
+  double temperature = 0;
 };
 
 class Client {

@@ -40,7 +40,7 @@ class GrpcClient : public Client {
     req.set_max_tokens(static_cast<int32_t>(request.max_tokens));
     req.set_request_id(absl::StrCat("replay-", request.id));
     req.set_add_special_tokens(true);  // as the HTTP front does for a text prompt
-    req.mutable_sampling()->set_temperature(0);
+    req.mutable_sampling()->set_temperature(static_cast<float>(options_.temperature));
     req.mutable_sampling()->set_ignore_eos(true);
 
     grpc::ClientContext ctx;

@@ -129,7 +129,7 @@ class HttpClient : public Client {
     body["prompt"] = request.prompt;
     body["max_tokens"] = request.max_tokens;
     body["ignore_eos"] = true;
-    body["temperature"] = 0;
+    body["temperature"] = options_.temperature;
     body["stream"] = true;
     body["stream_options"] = json{{"include_usage", true}};
 

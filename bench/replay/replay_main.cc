@@ -32,6 +32,9 @@ ABSL_FLAG(bool, allow_remote, false, "allow a --target that is not loopback");
 ABSL_FLAG(std::string, api_key, "",
           "API key sent as 'Authorization: Bearer KEY' (default: $TANDEM_API_KEY)");
 ABSL_FLAG(std::string, model, "", "model name sent with each request (\"\" = router default)");
+ABSL_FLAG(double, temperature, 0,
+          "sampling temperature sent with each request (0 = greedy; OpenAI's default is 1, "
+          "which clients that send none, e.g. GuideLLM, get)");
 ABSL_FLAG(std::string, tokenizer, "",
           "GGUF file or model name (docs/models.md) whose tokenizer sizes the prompts "
           "(default: --model resolved as a model name)");
@@ -249,12 +252,17 @@ int main(int argc, char** argv) {
     return Fail(workload.status());
   }
 
+  const double temperature = absl::GetFlag(FLAGS_temperature);
+  if (!(temperature >= 0 && temperature <= 2)) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--temperature ", temperature, ": want 0..2")));
+  }
   std::string api_key = absl::GetFlag(FLAGS_api_key);
   if (const char* env = std::getenv("TANDEM_API_KEY"); api_key.empty() && env != nullptr) {
     api_key = env;
   }
   absl::StatusOr<std::unique_ptr<replay::Client>> client =
-      replay::MakeClient({*protocol, target, model, api_key});
+      replay::MakeClient({*protocol, target, model, api_key, temperature});
   if (!client.ok()) {
     return Fail(client.status());
   }
@@ -279,6 +287,7 @@ int main(int argc, char** argv) {
   settings["target"] = target;
   settings["protocol"] = replay::ProtocolName(*protocol);
   settings["model"] = model;
+  settings["temperature"] = temperature;
   settings["trace"] = w.trace_path;
   settings["arrival"] = ArrivalName(w.arrival);
   settings["rate"] = w.rate;

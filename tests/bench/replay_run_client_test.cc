@@ -109,9 +109,9 @@ class GrpcClientTest : public ::testing::Test {
   }
   void TearDown() override { server_->Shutdown(); }
 
-  RequestRecord Send(const std::string& model, const std::string& key) {
-    absl::StatusOr<std::unique_ptr<Client>> c =
-        MakeClient({Protocol::kGrpc, absl::StrCat("127.0.0.1:", port_), model, key});
+  RequestRecord Send(const std::string& model, const std::string& key, double temperature = 0) {
+    absl::StatusOr<std::unique_ptr<Client>> c = MakeClient(
+        {Protocol::kGrpc, absl::StrCat("127.0.0.1:", port_), model, key, temperature});
     EXPECT_TRUE(c.ok()) << c.status();
     Cancellation cancel;
     return (*c)->Send(Request(), absl::Now(), cancel);
@@ -133,6 +133,8 @@ TEST_F(GrpcClientTest, SendsTheWorkloadAndReadsTheStream) {
   EXPECT_TRUE(req.add_special_tokens());
   EXPECT_EQ(req.request_id(), "replay-5");
   EXPECT_EQ(service_.authorization(), "Bearer sk-test");
+  Send("m", "", /*temperature=*/0.7);  // --temperature reaches the request
+  EXPECT_FLOAT_EQ(service_.request().sampling().temperature(), 0.7f);
 
   EXPECT_TRUE(r.ok);
   EXPECT_EQ(r.status, "OK");
@@ -220,9 +222,9 @@ class FakeOpenAi {
     thread_.join();
   }
 
-  RequestRecord Send(const std::string& model, const std::string& key) {
-    absl::StatusOr<std::unique_ptr<Client>> c =
-        MakeClient({Protocol::kHttp, absl::StrCat("127.0.0.1:", port_), model, key});
+  RequestRecord Send(const std::string& model, const std::string& key, double temperature = 0) {
+    absl::StatusOr<std::unique_ptr<Client>> c = MakeClient(
+        {Protocol::kHttp, absl::StrCat("127.0.0.1:", port_), model, key, temperature});
     EXPECT_TRUE(c.ok()) << c.status();
     Cancellation cancel;
     return (*c)->Send(Request(), absl::Now(), cancel);
@@ -257,6 +259,8 @@ TEST(HttpClientTest, SendsTheWorkloadAndReadsTheEvents) {
   EXPECT_EQ(body["stream"], true);
   EXPECT_EQ(body["stream_options"]["include_usage"], true);
   EXPECT_EQ(server.authorization(), "Bearer sk-test");
+  server.Send("m", "", /*temperature=*/0.7);  // --temperature reaches the body
+  EXPECT_EQ(server.body()["temperature"], 0.7);
 
   EXPECT_TRUE(r.ok) << r.status << " " << r.error;
   EXPECT_EQ(r.status, "200");

@@ -135,6 +135,32 @@ bool IsNegation(absl::string_view lower) {
   return kNegations->contains(lower);
 }
 
+// Words that often start a sentence capitalised without being a name. Any
+// other capitalised word is an entity wherever it stands ("Python code for
+// X" and "Give me Python code for X" share the entity "python").
+bool IsCommonStarter(absl::string_view lower) {
+  static const auto* const kStarters = new absl::flat_hash_set<std::string>{
+      "what", "how", "why", "when", "where", "who", "whom", "whose", "which", "what's",
+      "whats", "how's", "is", "are", "was", "were", "am", "be", "can", "could", "would",
+      "should", "shall", "will", "may", "might", "must", "do", "does", "did", "have", "has",
+      "had", "i", "i'm", "i'd", "i'll", "i've", "im", "the", "a", "an", "this", "that", "these",
+      "those", "it", "it's", "its", "my", "me", "we", "our", "you", "your", "they", "their",
+      "he", "she", "his", "her", "there", "here", "hi", "hello", "hey", "dear", "please",
+      "thanks", "thank", "let's", "lets", "let", "if", "in", "on", "at", "for", "from", "to",
+      "of", "with", "by", "about", "as", "and", "or", "but", "so", "now", "then", "also",
+      "ok", "okay", "yes", "well", "quick", "question", "some", "any", "all", "each", "every",
+      "one", "write", "explain", "give", "create", "generate", "list", "describe", "tell",
+      "make", "suggest", "summarize", "summarise", "provide", "show", "help", "find",
+      "translate", "design", "compose", "draft", "teach", "recommend", "outline", "compare",
+      "plan", "build", "act", "pretend", "imagine", "assume", "consider", "implement",
+      "simulate", "rewrite", "analyze", "analyse", "convert", "continue", "answer", "code",
+      "calculate", "solve", "fix", "debug", "define", "name", "use", "add", "remove", "check",
+      "review", "edit", "improve", "prepare", "produce", "play", "draw", "read", "say", "ask",
+      "need", "want", "like", "know", "think", "see", "look", "try", "keep", "get",
+      "go", "put", "set", "run", "take", "send", "identify", "evaluate", "discuss"};
+  return kStarters->contains(lower);
+}
+
 bool IsWordChar(char c) {
   return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '\'' || c == '_' ||
          (static_cast<unsigned char>(c) >= 0x80);
@@ -245,7 +271,9 @@ GuardFeatures ExtractGuardFeatures(absl::string_view text) {
           num.push_back(d);
         } else if ((d == ',' || d == '.') && j + 1 < text.size() &&
                    absl::ascii_isdigit(static_cast<unsigned char>(text[j + 1]))) {
-          if (d == '.') num.push_back(d);
+          if (d == '.') {
+            num.push_back(d);
+          }
         } else {
           break;
         }
@@ -254,7 +282,9 @@ GuardFeatures ExtractGuardFeatures(absl::string_view text) {
       // Digits inside a word (mp3, GPT4, B2B) make it an entity instead.
       if (j < text.size() && absl::ascii_isalpha(static_cast<unsigned char>(text[j]))) {
         size_t k = j;
-        while (k < text.size() && IsWordChar(text[k])) ++k;
+        while (k < text.size() && IsWordChar(text[k])) {
+          ++k;
+        }
         entities.insert(absl::AsciiStrToLower(text.substr(i, k - i)));
         j = k;
       } else {
@@ -274,8 +304,8 @@ GuardFeatures ExtractGuardFeatures(absl::string_view text) {
     while (j < text.size() && (IsWordChar(text[j]) || (text[j] == '-' && j + 1 < text.size() &&
                                                        IsWordChar(text[j + 1])))) {
       const unsigned char ch = static_cast<unsigned char>(text[j]);
-      if (j > i && absl::ascii_isupper(ch)) inner_upper = true;
-      if (absl::ascii_isdigit(ch)) has_digit = true;
+      inner_upper = inner_upper || (j > i && absl::ascii_isupper(ch));
+      has_digit = has_digit || absl::ascii_isdigit(ch);
       ++j;
     }
     absl::string_view word = text.substr(i, j - i);
@@ -286,8 +316,9 @@ GuardFeatures ExtractGuardFeatures(absl::string_view text) {
     } else if (IsNumberWord(word, &digits)) {
       f.numbers.push_back(digits);
     } else if (inner_upper || has_digit ||
-               (!sentence_start && absl::ascii_isupper(static_cast<unsigned char>(word[0])) &&
-                word != "I" && !absl::StartsWith(word, "I'"))) {
+               (absl::ascii_isupper(static_cast<unsigned char>(word[0])) &&
+                !(sentence_start && IsCommonStarter(lower)) && word != "I" &&
+                !absl::StartsWith(word, "I'"))) {
       entities.insert(lower);
     }
     sentence_start = false;

@@ -17,8 +17,9 @@
 //      * cosine >= the model's threshold (semantic_cache.thresholds, else
 //        semantic_cache.threshold);
 //      * the false-hit guard passes: the numbers, the negation count and the
-//        named entities (capitalised words that do not start a sentence, quoted
-//        spans, words with inner capitals or digits) of both texts are equal —
+//        named entities (capitalised words other than common sentence
+//        starters like "What" or "Write", quoted spans, words with inner
+//        capitals or digits) of both texts are equal —
 //        "is" / "is not", "3 apples" / "4 apples", "Paris" / "Berlin" never hit;
 //      * it is younger than the TTL (and the request's max-age).
 //    Texts the embedder truncated (over embedding.max_seq_tokens) are cached

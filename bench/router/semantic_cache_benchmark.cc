@@ -99,13 +99,21 @@ Setup* Build() {
   }
   CachedAnswer answer;
   for (int i = 0; i < 16; ++i) {
-    answer.deltas.push_back(ChoiceDelta{0, " word", {TokenOutput{100 + i}}});
+    ChoiceDelta d;
+    d.text = " word";
+    d.tokens.emplace_back();
+    d.tokens.back().id = 100 + i;
+    answer.deltas.push_back(d);
   }
   answer.result.reason = FinishReason::kLength;
   answer.result.completion_tokens = 16;
 
   // Random fill in the same partition as the real prompts.
   absl::StatusOr<PreparedRequest> probe = s->router->Prepare(Chat("probe"), absl::InfiniteFuture());
+  if (!probe.ok()) {
+    s->error = std::string(probe.status().message());
+    return s;
+  }
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   const int fill = kEntries - static_cast<int>(pairs.size());

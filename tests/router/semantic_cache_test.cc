@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/base/clock.h"
@@ -47,7 +48,9 @@ CachedAnswer Answer(const std::string& text) {
   CachedAnswer a;
   ChoiceDelta d;
   d.text = text;
-  d.tokens.push_back(TokenOutput{7});
+  TokenOutput t;
+  t.id = 7;
+  d.tokens.push_back(t);
   a.deltas.push_back(d);
   a.result.reason = FinishReason::kStop;
   a.result.completion_tokens = 1;
@@ -286,6 +289,31 @@ TEST_F(SemanticCacheTest, LruEvictionKeepsSizeAndIndexBounded) {
     EXPECT_EQ(TextOf(cache.LookupSemantic(reqs[i], e)), absl::StrCat("answer ", i));
   }
   EXPECT_FALSE(cache.LookupExact(reqs[35]).has_value());
+}
+
+TEST_F(SemanticCacheTest, ConcurrentInsertsAndLookupsStayBounded) {
+  SemanticCache cache = MakeCache(/*capacity=*/16);
+  std::vector<CacheRequest> reqs;
+  for (int i = 0; i < 64; ++i) {
+    reqs.push_back(Ask(absl::StrCat("Concurrent question ", i)));
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < 200; ++k) {
+        const int i = (k * 7 + t * 13) % 64;
+        const Embedding e = Vec(i % kDim, 0.01f * static_cast<float>(i));
+        if (k % 3 == 0) {
+          cache.Insert(reqs[i], &e, Answer(absl::StrCat("a", i)));
+        } else if (std::optional<CacheHit> hit = cache.LookupSemantic(reqs[i], e)) {
+          EXPECT_EQ(TextOf(hit), absl::StrCat("a", i));  // the guard: only its own
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_LE(cache.size(), 16);
+  EXPECT_LE(cache.index_nodes(), 16);
 }
 
 TEST_F(SemanticCacheTest, WhichRequestsAreCacheable) {

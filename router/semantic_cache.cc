@@ -26,7 +26,7 @@ namespace {
 // embeddings; ef and the candidate count bound a lookup's work.
 constexpr size_t kM = 16;
 constexpr size_t kEfConstruction = 100;
-constexpr size_t kEfSearch = 64;
+constexpr size_t kEfSearch = 128;
 constexpr size_t kCandidates = 8;
 constexpr size_t kInitialNodes = 1024;
 

@@ -34,7 +34,7 @@
 // the client. Requests with tool definitions, prompt token ids, or a last
 // message that is not the user's are exact-tier only.
 //
-// Thread-safe; one mutex (a search on 100 000 entries takes well under a
+// Thread-safe; one mutex (a search on 100 000 entries takes about a
 // millisecond, bench/router/semantic_cache_benchmark.cc).
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/engine/model_store.h"
@@ -51,6 +52,8 @@ absl::StatusOr<RoutingMode> ParseRoutingMode(absl::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat(
       "mode: unknown routing mode '", name, "' (known: auto, disaggregated, colocated)"));
 }
+
+absl::Status ValidateSemanticCache(const RouterConfig& c);  // below, with its parser
 
 absl::Status RouterConfig::Validate() const {
   if (grpc_address.empty() && http_address.empty()) {
@@ -172,7 +175,7 @@ absl::Status RouterConfig::Validate() const {
           absl::StrCat("auth.keys_env: '", auth.keys_env, "' is not an environment variable name"));
     }
   }
-  return absl::OkStatus();
+  return ValidateSemanticCache(*this);
 }
 
 absl::Status ParseEmbedding(const YAML::Node& root, absl::string_view base_dir,
@@ -190,6 +193,80 @@ absl::Status ParseEmbedding(const YAML::Node& root, absl::string_view base_dir,
   return absl::OkStatus();
 }
 
+absl::Status ParseSemanticCache(const YAML::Node& root, SemanticCacheConfig* out) {
+  if (!root || !root.IsMap() || !root["semantic_cache"]) return absl::OkStatus();
+  YAML::Node n = root["semantic_cache"];
+  const std::string path = "semantic_cache";
+  RETURN_IF_ERROR(CheckKeys(n, path,
+                            {"enabled", "capacity", "ttl", "threshold", "thresholds", "exact_only"}));
+  RETURN_IF_ERROR(ReadBool(n, "enabled", path, &out->enabled));
+  RETURN_IF_ERROR(ReadInt32(n, "capacity", path, &out->capacity));
+  RETURN_IF_ERROR(ReadDuration(n, "ttl", path, &out->ttl));
+  RETURN_IF_ERROR(ReadBool(n, "exact_only", path, &out->exact_only));
+  auto read_float = [](const YAML::Node& v, const std::string& where, float* f) {
+    double d = 0;
+    if (!v.IsScalar() || !absl::SimpleAtod(v.Scalar(), &d)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": want a number"));
+    }
+    *f = static_cast<float>(d);
+    return absl::OkStatus();
+  };
+  if (n["threshold"] && !n["threshold"].IsNull()) {
+    RETURN_IF_ERROR(read_float(n["threshold"], "semantic_cache.threshold", &out->threshold));
+  }
+  if (YAML::Node t = n["thresholds"]; t && !t.IsNull()) {
+    if (!t.IsMap()) {
+      return absl::InvalidArgumentError(
+          "semantic_cache.thresholds: want a map {model name: threshold}");
+    }
+    for (const auto& kv : t) {
+      const std::string model = kv.first.as<std::string>("");
+      RETURN_IF_ERROR(read_float(kv.second, absl::StrCat("semantic_cache.thresholds.", model),
+                                 &out->thresholds[model]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSemanticCache(const RouterConfig& c) {
+  const SemanticCacheConfig& s = c.semantic_cache;
+  if (!s.enabled) {
+    return absl::OkStatus();
+  }
+  if (s.capacity < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("semantic_cache.capacity must be >= 1, got ", s.capacity));
+  }
+  if (s.ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("semantic_cache.ttl must be positive");
+  }
+  std::map<std::string, float> all = s.thresholds;
+  all["threshold"] = s.threshold;
+  for (const auto& [name, tau] : all) {
+    if (!(tau > 0.0f && tau <= 1.0f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("semantic_cache.", name == "threshold" ? "" : "thresholds.", name,
+                       ": a cosine threshold in (0, 1], got ", tau));
+    }
+  }
+  for (const auto& [name, tau] : s.thresholds) {
+    bool served = false;
+    for (const ServedModelConfig& m : c.models) {
+      served = served || m.name == name;
+    }
+    if (!served) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "semantic_cache.thresholds.", name, ": no served model has this name (models[].name)"));
+    }
+  }
+  if (!s.exact_only && c.embedding.model.empty()) {
+    return absl::InvalidArgumentError(
+        "semantic_cache: the vector tier needs embedding.model (e.g. all-minilm-l6-v2); or set "
+        "semantic_cache.exact_only: true");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
                                                    absl::string_view base_dir) {
   ASSIGN_OR_RETURN(YAML::Node root, internal::LoadYaml(yaml));
@@ -198,7 +275,8 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
                             {"grpc_address", "http_address", "mode", "max_route_attempts",
                              "http_threads", "http_backlog", "models", "workers", "internal_tls",
                              "allow_insecure_internal", "limits", "auth",
-                             "expose_route_workers", "embedding"}));
+                             "expose_route_workers", "embedding",
+                             "semantic_cache"}));
   RETURN_IF_ERROR(ReadString(root, "grpc_address", "", &c.grpc_address));
   RETURN_IF_ERROR(ReadString(root, "http_address", "", &c.http_address));
   std::string mode(RoutingModeName(c.mode));
@@ -296,6 +374,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
     x.keys_file = ResolvePath(x.keys_file, base_dir);
   }
   RETURN_IF_ERROR(ParseEmbedding(root, base_dir, &c.embedding));
+  RETURN_IF_ERROR(ParseSemanticCache(root, &c.semantic_cache));
   return c;
 }
 

@@ -82,8 +82,16 @@
 //     threads: 1                    # encoder threads
 //     max_seq_tokens: 256           # longer texts are cut (sentence-transformers' limit)
 //     max_batch: 32                 # texts per encoder call (concurrent callers batch)
+//   semantic_cache:                 # response cache (router/semantic_cache.h)
+//     enabled: false
+//     capacity: 10000               # entries over both tiers; LRU eviction
+//     ttl: 1h                       # an entry answers for this long after it was stored
+//     threshold: 0.9                # cosine a vector hit needs (tau), every model...
+//     thresholds: {qwen: 0.93}      # ...unless listed here by served model name
+//     exact_only: false             # true: no vector tier (no embedding model needed)
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -164,6 +172,17 @@ struct EmbeddingConfig {
   int32_t max_batch = 32;        // texts per encoder call
 };
 
+// The response cache (router/semantic_cache.h). The vector tier needs
+// embedding.model.
+struct SemanticCacheConfig {
+  bool enabled = false;
+  int32_t capacity = 10000;
+  absl::Duration ttl = absl::Hours(1);
+  float threshold = 0.9f;
+  std::map<std::string, float> thresholds;  // served model name -> threshold
+  bool exact_only = false;
+};
+
 struct RouterConfig {
   std::string grpc_address = "0.0.0.0:50051";
   std::string http_address = "0.0.0.0:8080";
@@ -182,6 +201,7 @@ struct RouterConfig {
   // decode_worker): worker ids default to role@address, an internal detail.
   bool expose_route_workers = false;
   EmbeddingConfig embedding;
+  SemanticCacheConfig semantic_cache;
 
   // InvalidArgument naming the field; FailedPrecondition for a non-loopback
   // worker address (static or dns) without internal_tls unless

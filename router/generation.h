@@ -43,6 +43,7 @@ struct RouteSummary {
   std::string decode_worker;
   bool colocated = false;
   int32_t attempt = 0;                  // 0 = first try
+  bool cache_hit = false;               // answered from the response cache, no worker
 };
 
 struct ChoiceResult {
@@ -84,10 +85,19 @@ class GenerationObserver {
   virtual void OnComplete(const absl::Status& status, const RequestSummary& summary) = 0;
 };
 
+// How the response cache (router/semantic_cache.h) served a request.
+enum class CacheStatus { kBypass, kMiss, kHitExact, kHitSemantic };
+// "bypass", "miss", "hit-exact", "hit-semantic" (the x-tandem-cache header).
+const char* CacheStatusName(CacheStatus s);
+
 // A started request. Any thread.
 class RequestHandle {
  public:
   virtual ~RequestHandle() = default;
+  // Known when Start returns: bypass (not cacheable or cache off), miss (a
+  // worker generates; the answer is stored when it completes) or a hit (the
+  // events were replayed from the cache before Start returned).
+  virtual CacheStatus cache_status() const { return CacheStatus::kBypass; }
   // Cancels every worker call of the request (best effort, idempotent); the
   // observer still gets OnComplete (CANCELLED unless the request finished).
   virtual void Cancel() = 0;

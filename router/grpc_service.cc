@@ -38,6 +38,7 @@ void ToProto(const RouteSummary& r, bool expose_workers, v1::RouteInfo* out) {
     out->set_decode_worker(r.decode_worker);
   }
   out->set_colocated(r.colocated);
+  out->set_cache_hit(r.cache_hit);
 }
 
 // The caller's tenant from the `authorization` metadata; with keys off, an
@@ -70,6 +71,10 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     GenerationRequest gen = FromProto(request);
     if (api_keys.enabled()) {
       gen.tenant = std::move(tenant->name);  // never what the client claims
+    }
+    if (auto it = context->client_metadata().find("cache-control");
+        it != context->client_metadata().end()) {
+      gen.cache_control = std::string(it->second.data(), it->second.size());
     }
     const absl::Time deadline = absl::FromChrono(context->deadline());
     absl::StatusOr<PreparedRequest> prepared = router_.Prepare(gen, deadline);

@@ -17,6 +17,7 @@
 #include "router/chat_template.h"
 #include "router/config.h"
 #include "router/model_catalog.h"
+#include "router/semantic_cache.h"
 
 namespace tandem::router {
 
@@ -40,6 +41,9 @@ struct GenerationRequest {
   // Names the parameters in errors: the OpenAI names ("logprobs",
   // "top_logprobs" for chat) or the gRPC field names.
   std::string logprobs_param = "logprobs";
+  // The client's Cache-Control (HTTP header / gRPC metadata), "" = none
+  // (router/semantic_cache.h).
+  std::string cache_control;
 };
 
 struct PreparedRequest {
@@ -62,6 +66,8 @@ struct PreparedRequest {
   std::vector<std::string> stop_strings;
   absl::Time deadline = absl::InfiniteFuture();
   bool chat = false;
+  // The response cache's key; not eligible when the cache is off.
+  CacheRequest cache;
 };
 
 // Validates and tokenizes. Every failure is InvalidArgument naming the

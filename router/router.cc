@@ -35,7 +35,12 @@ Router::Router(RouterConfig config, ModelCatalog catalog, SnapshotSource snapsho
       snapshots_(std::move(snapshots)),
       clock_(clock),
       embedder_(std::move(embedder)),
-      metrics_(metrics) {}
+      metrics_(metrics) {
+  if (config_.semantic_cache.enabled) {
+    cache_ = std::make_unique<SemanticCache>(config_.semantic_cache,
+                                             embedder_ != nullptr ? embedder_->dim() : 0, clock_);
+  }
+}
 
 Router::~Router() { Shutdown(absl::ZeroDuration()); }
 
@@ -97,6 +102,13 @@ absl::StatusOr<PreparedRequest> Router::Prepare(const GenerationRequest& request
     return p;
   }
   p->deadline = std::min(client_deadline, clock_.Now() + config_.limits.default_timeout);
+  if (cache_ != nullptr) {
+    absl::StatusOr<CacheRequest> cache = MakeCacheRequest(request, *p);
+    if (!cache.ok()) {
+      return cache.status();
+    }
+    p->cache = *std::move(cache);
+  }
   return p;
 }
 
@@ -132,6 +144,12 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Router::Start(
     }
     id = next_id_++;
     local = local_load_;
+  }
+  CacheStatus cache_status = CacheStatus::kBypass;
+  if (cache_ != nullptr && request.cache.eligible) {
+    if (std::shared_ptr<RequestHandle> hit = ServeFromCache(id, request, observer, &cache_status)) {
+      return hit;
+    }
   }
   const int max = config_.limits.max_inflight;
   if (inflight_.fetch_add(1, std::memory_order_relaxed) >= max) {
@@ -178,6 +196,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Router::Start(
   }
 
   auto run = std::make_shared<RequestRun>(*this, id, std::move(request), std::move(observer), now);
+  run->set_cache_status(cache_status);
   {
     absl::MutexLock lock(&mu_);
     runs_[id] = run;
@@ -224,7 +243,7 @@ void Router::RunFinished(uint64_t run_id, const absl::Status& status,
       s.request_id, absl::CEscape(s.client_request_id), absl::CEscape(s.tenant), s.model,
       absl::StatusCodeToString(status.code()), finish.empty() ? "-" : finish, s.prompt_tokens,
       s.completion_tokens, s.cached_prompt_tokens,
-      s.route.colocated ? "colocated" : "disaggregated",
+      s.route.cache_hit ? "cache" : s.route.colocated ? "colocated" : "disaggregated",
       s.route.prefill_worker.empty() ? "-" : s.route.prefill_worker,
       s.route.decode_worker.empty() ? "-" : s.route.decode_worker, s.route.attempt,
       absl::ToDoubleSeconds(s.queue), absl::ToDoubleSeconds(s.ttft), absl::ToDoubleSeconds(tpot),

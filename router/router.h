@@ -39,6 +39,7 @@
 #include "router/registry.h"
 #include "router/request.h"
 #include "router/router_metrics.h"
+#include "router/semantic_cache.h"
 
 namespace tandem::router {
 
@@ -98,6 +99,8 @@ class Router {
   int inflight() const { return inflight_.load(std::memory_order_relaxed); }
   // Null when the config has no embedding model.
   Embedder* embedder() const { return embedder_.get(); }
+  // Null when semantic_cache.enabled is false.
+  SemanticCache* semantic_cache() const { return cache_.get(); }
 
  private:
   friend class internal::RequestRun;
@@ -115,6 +118,14 @@ class Router {
                    absl::Duration tpot);
   // After OnComplete: frees the admission slot.
   void ReleaseSlot();
+  // The response cache's step of Start (internal/cache_hook.cc), before
+  // admission and any worker call: one exact lookup, then (when the vector
+  // tier applies) one embedding and one HNSW search. A hit replays the answer
+  // to `observer` and returns the finished handle; a miss wraps `observer` so
+  // that a successful answer is stored, and returns null.
+  std::shared_ptr<RequestHandle> ServeFromCache(uint64_t id, const PreparedRequest& request,
+                                                std::shared_ptr<GenerationObserver>& observer,
+                                                CacheStatus* status);
 
   const RouterConfig config_;
   const ModelCatalog catalog_;
@@ -123,6 +134,7 @@ class Router {
   const std::shared_ptr<Embedder> embedder_;
   RouterMetrics metrics_;
   std::atomic<int> inflight_{0};
+  std::unique_ptr<SemanticCache> cache_;  // null: semantic_cache.enabled false
 
   mutable absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

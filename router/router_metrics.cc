@@ -48,6 +48,24 @@ void RouterMetrics::CountRoute(const std::string& model, const std::string& rout
   c->Increment();
 }
 
+void RouterMetrics::CountCache(const std::string& model, const std::string& tier, bool hit) {
+  base::Counter* counter;
+  {
+    absl::MutexLock lock(&mu_);
+    auto [it, added] = cache_counters_.try_emplace({hit, model, tier}, nullptr);
+    if (added) {
+      it->second = registry_.GetCounter(
+          hit ? "tandem_semantic_cache_hits_total" : "tandem_semantic_cache_misses_total",
+          hit ? "Requests answered from the response cache, by model and tier."
+              : "Cacheable requests the response cache could not answer, by model and the "
+                "last tier consulted.",
+          {{"model", model}, {"tier", tier}});
+    }
+    counter = it->second;
+  }
+  counter->Increment();
+}
+
 base::Histogram* RouterMetrics::ModelHistogram(std::map<std::string, base::Histogram*>& cache,
                                          const std::string& name, const std::string& help,
                                          const std::string& model) {

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -29,6 +30,10 @@ class RouterMetrics {
   base::Histogram* ttft(const std::string& model);
   base::Histogram* tpot(const std::string& model);
   base::Histogram* e2e(const std::string& model);
+  // tandem_semantic_cache_hits_total{model,tier} (hit) or
+  // tandem_semantic_cache_misses_total{model,tier}: tier "exact" or "semantic"
+  // (a miss: the last tier consulted).
+  void CountCache(const std::string& model, const std::string& tier, bool hit);
   // tandem_router_workers_up{role}
   void SetWorkersUp(const RegistrySnapshot& snapshot, absl::Time now);
 
@@ -48,6 +53,8 @@ class RouterMetrics {
   std::map<std::string, base::Histogram*> ttft_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, base::Histogram*> tpot_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, base::Histogram*> e2e_ ABSL_GUARDED_BY(mu_);
+  std::map<std::tuple<bool, std::string, std::string>, base::Counter*> cache_counters_
+      ABSL_GUARDED_BY(mu_);
   base::Gauge* up_prefill_;
   base::Gauge* up_decode_;
   base::Gauge* up_colocated_;

@@ -209,6 +209,7 @@ std::shared_ptr<GenerationExchange> GenerationExchange::Start(HttpContext& ctx,
   if (std::string rid = request.Header("X-Request-Id"); !rid.empty()) {
     parsed->gen.request_id = std::move(rid);
   }
+  parsed->gen.cache_control = request.Header("Cache-Control");
   absl::StatusOr<PreparedRequest> prepared = router.Prepare(parsed->gen, absl::InfiniteFuture());
   if (!prepared.ok()) {
     router.RecordRejected(parsed->gen.model, prepared.status());
@@ -235,6 +236,7 @@ std::shared_ptr<GenerationExchange> GenerationExchange::Start(HttpContext& ctx,
     return nullptr;
   }
   x->handle_ = *std::move(handle);
+  x->cache_status_ = x->handle_->cache_status();
   return x;
 }
 
@@ -256,6 +258,7 @@ void GenerationExchange::OnEvent(Event e) {
     head.content_type = "text/event-stream";
     head.headers.emplace_back("Cache-Control", "no-cache");
     head.headers.emplace_back("X-Request-Id", request_id_);
+    AddCacheHeader(head);
     sink_.StartStream(std::move(head));
     streaming_ = true;
   }
@@ -287,6 +290,7 @@ void GenerationExchange::OnEvent(Event e) {
         HttpResponse r;
         r.body = builder_->FinalResponse(e.summary);
         r.headers.emplace_back("X-Request-Id", request_id_);
+        AddCacheHeader(r);
         sink_.Respond(std::move(r));
         return;
       }
@@ -298,6 +302,12 @@ void GenerationExchange::OnEvent(Event e) {
       sink_.WriteChunk(SseDone());
       sink_.EndStream();
       break;
+  }
+}
+
+void GenerationExchange::AddCacheHeader(HttpResponse& r) const {
+  if (cache_status_ != CacheStatus::kBypass) {
+    r.headers.emplace_back("x-tandem-cache", CacheStatusName(cache_status_));
   }
 }
 

@@ -118,6 +118,8 @@ class GenerationExchange : public std::enable_shared_from_this<GenerationExchang
 
  private:
   void Fail(const absl::Status& s);
+  // x-tandem-cache: miss | hit-exact | hit-semantic (none when bypassed).
+  void AddCacheHeader(HttpResponse& r) const;
 
   HttpContext& ctx_;
   ResponseSink& sink_;
@@ -130,6 +132,7 @@ class GenerationExchange : public std::enable_shared_from_this<GenerationExchang
   bool streaming_ = false;  // the 200 head went out
   bool cancelled_late_ = false;
   bool done_ = false;
+  CacheStatus cache_status_ = CacheStatus::kBypass;  // set by Start
 };
 
 // The OpenAI error body with the matching HTTP status (and Retry-After when

@@ -50,6 +50,10 @@ class RequestRun : public RequestHandle, public std::enable_shared_from_this<Req
   void OnOutput(int32_t index, int32_t attempt, ChoiceDelta delta);
   void OnChoiceEnded(int32_t index, int32_t attempt, const ChoiceOutcome& outcome);
 
+  // Set by Router::Start before the handle is returned.
+  void set_cache_status(CacheStatus s) { cache_status_ = s; }
+  CacheStatus cache_status() const override { return cache_status_; }
+
   const PreparedRequest& request() const { return request_; }
   Router& router() { return router_; }
   uint64_t id() const { return id_; }
@@ -93,6 +97,7 @@ class RequestRun : public RequestHandle, public std::enable_shared_from_this<Req
   absl::Duration kv_transfer_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   std::deque<Event> pending_ ABSL_GUARDED_BY(mu_);
   bool delivering_ ABSL_GUARDED_BY(mu_) = false;
+  CacheStatus cache_status_ = CacheStatus::kBypass;
 };
 
 }  // namespace tandem::router::internal

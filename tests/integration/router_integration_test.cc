@@ -125,6 +125,9 @@ GrpcResult Generate(const std::string& address, const v1::GenerateRequest& req,
   if (!authorization.empty()) {
     ctx.AddMetadata("authorization", authorization);
   }
+  // These tests exercise the workers: never an answer from the response
+  // cache the deploy/local configs turn on (router/semantic_cache.h).
+  ctx.AddMetadata("cache-control", "no-cache");
   absl::Time start = absl::Now();
   auto reader = stub->Generate(&ctx, req);
   v1::GenerateResponse m;
@@ -734,6 +737,9 @@ httplib::Client ClientFor(const std::string& http_address, time_t read_timeout_s
   }
   httplib::Client cli(http_address.substr(0, colon), port);
   cli.set_read_timeout(read_timeout_s, 0);
+  // Every request reaches the workers (the deploy/local configs turn the
+  // response cache on).
+  cli.set_default_headers({{"Cache-Control", "no-cache"}});
   return cli;
 }
 

@@ -256,5 +256,49 @@ embedding: {model: all-minilm-l6-v2, threads: 2, max_seq_tokens: 128, max_batch:
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("embedding.threads")));
 }
 
+TEST(RouterConfigTest, SemanticCacheSection) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfigYaml(R"(
+models: [{name: small, path: /m/a.gguf}]
+embedding: {model: all-minilm-l6-v2}
+semantic_cache:
+  enabled: true
+  capacity: 500
+  ttl: 10m
+  threshold: 0.85
+  thresholds: {small: 0.93}
+  exact_only: false
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const SemanticCacheConfig& s = c->semantic_cache;
+  EXPECT_TRUE(s.enabled);
+  EXPECT_EQ(s.capacity, 500);
+  EXPECT_EQ(s.ttl, absl::Minutes(10));
+  EXPECT_FLOAT_EQ(s.threshold, 0.85f);
+  EXPECT_FLOAT_EQ(s.thresholds.at("small"), 0.93f);
+  EXPECT_TRUE(c->Validate().ok()) << c->Validate();
+
+  EXPECT_THAT(ParseRouterConfigYaml("semantic_cache: {treshold: 0.9}"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("unknown key 'semantic_cache.treshold'")));
+  EXPECT_THAT(ParseRouterConfigYaml("semantic_cache: {threshold: high}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("semantic_cache.threshold")));
+  auto invalid = [&](void (*tweak)(RouterConfig&), const std::string& what) {
+    RouterConfig bad = *c;
+    tweak(bad);
+    EXPECT_THAT(bad.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(what)));
+  };
+  invalid([](RouterConfig& r) { r.semantic_cache.threshold = 1.5f; }, "semantic_cache.threshold");
+  invalid([](RouterConfig& r) { r.semantic_cache.thresholds["small"] = 0; },
+          "semantic_cache.thresholds.small");
+  invalid([](RouterConfig& r) { r.semantic_cache.thresholds["big"] = 0.9f; },
+          "semantic_cache.thresholds.big: no served model");
+  invalid([](RouterConfig& r) { r.semantic_cache.capacity = 0; }, "semantic_cache.capacity");
+  invalid([](RouterConfig& r) { r.embedding.model = ""; }, "needs embedding.model");
+  RouterConfig exact_only = *c;
+  exact_only.embedding.model = "";
+  exact_only.semantic_cache.exact_only = true;
+  EXPECT_TRUE(exact_only.Validate().ok());
+}
+
 }  // namespace
 }  // namespace tandem::router

@@ -62,6 +62,10 @@ struct PreparedRequest {
   std::vector<std::string> stop_strings;
   absl::Time deadline = absl::InfiniteFuture();
   bool chat = false;
+  // Complexity routing (router/complexity.h): the pool that serves the
+  // request and the prompt's score; "" when the request named its model.
+  std::string route_pool;
+  double complexity_score = 0;
 };
 
 // Validates and tokenizes. Every failure is InvalidArgument naming the

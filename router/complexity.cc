@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <initializer_list>
 
 #include "absl/strings/ascii.h"
@@ -247,7 +248,7 @@ absl::StatusOr<std::unique_ptr<ComplexityRouter>> ComplexityRouter::Create(
     if (p.model.empty() || !model.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           at, ".model: '", p.model, "' is not a served model (",
-          model.ok() ? "empty" : model.status().message(), ")"));
+          model.ok() ? absl::string_view("empty") : model.status().message(), ")"));
     }
     r->models_.push_back(*model);
     std::vector<std::string> texts = p.exemplars;
@@ -317,7 +318,7 @@ absl::StatusOr<ComplexityScore> ComplexityRouter::Score(absl::string_view text) 
   if (!use_embeddings_) {
     return s;
   }
-  ASSIGN_OR_RETURN(Embedding e, embedder_->Embed(text));
+  ASSIGN_OR_RETURN(Embedding e, embedder_->Embed(head));
   std::vector<double> sims;
   for (const auto& rows : exemplars_) {
     sims.push_back(KnnSimilarity(e.vector, rows, config_.neighbors));

@@ -31,8 +31,8 @@
 //     embedder (or with fewer than two pools holding exemplars; the router
 //     says so in its log at start).
 //
-// Features read the first 16 KiB of the text (the length term saturates long
-// before). The text scored is the prompt, or for chat the last user message
+// Features and the embedding read the first 16 KiB of the text (the length
+// term saturates long before; the embedder keeps 256 tokens). The text scored is the prompt, or for chat the last user message
 // (the question, not the system prompt or the history).
 //
 // The pool is the last whose min_score <= score. A pool with no live route

@@ -431,7 +431,6 @@ absl::Status Cluster::StartProcesses(std::ostream& log) {
   // reports the ports it bound on its READY line: a port picked here and
   // released before the child binds it can be taken in between (UCX
   // listeners, parallel tests).
-  int workers = 0;
   int want_prefill = 0;
   int want_decode = 0;
   int want_colocated = 0;
@@ -440,7 +439,7 @@ absl::Status Cluster::StartProcesses(std::ostream& log) {
     want_decode += pool.decode.replicas;
     want_colocated += pool.colocated.replicas;
   }
-  workers = want_prefill + want_decode + want_colocated;
+  const int workers = want_prefill + want_decode + want_colocated;
   auto add_workers = [&](const RoleSpec& role, const char* role_name, const char* binary,
                          const std::string& model, const std::string& prefix) {
     for (int i = 0; i < role.replicas; ++i) {

@@ -108,13 +108,10 @@ pools:
   EXPECT_EQ(single->EffectivePools()[0].name, "");
   EXPECT_EQ(single->EffectivePools()[0].colocated.replicas, 1);
 
-  EXPECT_THAT(ParseClusterYaml("model: m.gguf
-pools: [{name: a, model: b}]
-", ""),
+  EXPECT_THAT(ParseClusterYaml("model: m.gguf\npools: [{name: a, model: b}]\n", ""),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("pools: give either pools or the top-level model")));
-  EXPECT_THAT(ParseClusterYaml("pools: [{name: a, model: b, replicas: 1}]
-", ""),
+  EXPECT_THAT(ParseClusterYaml("pools: [{name: a, model: b, replicas: 1}]\n", ""),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pools[0]")));
   spec->pools[1].name = "small";
   EXPECT_THAT(spec->Validate(), StatusIs(absl::StatusCode::kInvalidArgument,

@@ -82,6 +82,16 @@ double CodeTerm(absl::string_view text, absl::string_view lower) {
   return Clamp01(std::max(keywords / 3.0, (density - 0.02) / 0.06));
 }
 
+// A request to write code (a verb and a code artifact): 1, else 0.
+int CodeRequest(absl::string_view lower) {
+  const int verbs = CountMarkers(lower, {"write", "generate", "create", "build", "implement",
+                                         "make", "code for", "configure", "set up"});
+  const int artifacts = CountMarkers(
+      lower, {"code", "program", "script", "function", "query", "class", "module", "api",
+              "server", "bot", "app", "application", "model", "pseudo code", "pseudocode"});
+  return verbs > 0 && artifacts > 0 ? 1 : 0;
+}
+
 }  // namespace
 
 PromptFeatures ExtractPromptFeatures(absl::string_view text, int32_t tokens) {
@@ -115,7 +125,8 @@ PromptFeatures ExtractPromptFeatures(absl::string_view text, int32_t tokens) {
                     "analyse", "migrate", "schema", "protocol", "consistency", "parallel",
                     "optimal", "minimize", "maximize"},
                    {"optimiz", "optimis", "concurren", "architect"}) /
-      2.0);
+          2.0 +
+      CodeRequest(lower) / 2.0);
   int list_items = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     line = absl::StripLeadingAsciiWhitespace(line);

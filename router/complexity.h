@@ -15,7 +15,9 @@
 //     M  math: (math words and notation, e.g. "integral", "prove", "\frac",
 //        "x^2", "= 0") / 2
 //     R  multi-step reasoning: (markers such as "step by step", "design",
-//        "optimize", "trade-off", "implement", "algorithm", "concurrency") / 2
+//        "optimize", "trade-off", "implement", "algorithm", "concurrency",
+//        plus 1 for a request to write code: a verb such as "write" or
+//        "generate" with an artifact such as "script" or "function") / 2
 //     K  constraints: (list items + constraint phrases such as "must",
 //        "without using", "at most", "O(") / 4
 //     E  simple task: (markers of a transformation or lookup whatever the

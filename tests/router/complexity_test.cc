@@ -77,7 +77,7 @@ TEST(ExemplarScoreTest, KnnAndSoftmaxRank) {
   const std::vector<std::vector<float>> rows = {{1, 0}, {0, 1}, {0.6f, 0.8f}};
   const std::vector<float> v = {1, 0};
   EXPECT_DOUBLE_EQ(KnnSimilarity(v, rows, 1), 1.0);
-  EXPECT_DOUBLE_EQ(KnnSimilarity(v, rows, 2), 0.8);
+  EXPECT_NEAR(KnnSimilarity(v, rows, 2), 0.8, 1e-6);
   EXPECT_NEAR(KnnSimilarity(v, rows, 10), 1.6 / 3, 1e-6);  // k capped by the rows
   EXPECT_EQ(KnnSimilarity(v, {}, 3), -1);
   // Two pools: sigmoid((s_large - s_small) / T).

@@ -14,6 +14,7 @@
 // threshold (routing.pools[1].min_score 0.3) was read off the sweep this test
 // prints, on this same set: the accuracy is optimistic by that one choice.
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -23,6 +24,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "router/cli/launcher.h"
@@ -85,9 +88,12 @@ TEST(RoutingAccuracyTest, ShippedTwoPoolConfigOnTheLabelledSet) {
   int confusion[2][2] = {{0, 0}, {0, 0}};  // [label hard][routed large]
   int rows = 0;
   std::vector<std::pair<double, bool>> scored;  // (score, hard)
+  std::vector<double> score_seconds;  // what scoring adds to a request (not asserted)
   for (std::string line; std::getline(in, line);) {
     const nlohmann::json row = nlohmann::json::parse(line);
+    const absl::Time start = absl::Now();
     absl::StatusOr<ComplexityScore> s = (*router)->Score(row["text"].get<std::string>());
+    score_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
     ASSERT_TRUE(s.ok()) << s.status();
     const bool hard = row["label"] == "hard";
     scored.emplace_back(s->score, hard);
@@ -119,6 +125,11 @@ TEST(RoutingAccuracyTest, ShippedTwoPoolConfigOnTheLabelledSet) {
       all.Accuracy(), all.right, all.n, features_only.Accuracy(), exemplars_only.Accuracy(),
       confusion[0][0], confusion[0][1], confusion[1][0], confusion[1][1],
       static_cast<double>(confusion[0][1] + confusion[1][1]) / rows);
+  std::sort(score_seconds.begin(), score_seconds.end());
+  std::cout << absl::StrFormat("scoring time per prompt: p50 %.1f ms, p90 %.1f ms, max %.1f ms\n",
+                               1e3 * score_seconds[score_seconds.size() / 2],
+                               1e3 * score_seconds[score_seconds.size() * 9 / 10],
+                               1e3 * score_seconds.back());
   // The trade-off curve: where large's min_score could sit.
   for (int i = 4; i <= 12; ++i) {
     const double threshold = i * 0.05;

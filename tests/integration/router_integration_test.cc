@@ -1327,7 +1327,8 @@ TEST(TandemUpTest, TwoPoolRoutesByComplexity) {
   auto res = cli.Get("/v1/models");
   ASSERT_TRUE(res) << p.Tail();
   std::vector<std::string> ids;
-  for (const json& m : json::parse(res->body)["data"]) {
+  const json listed = json::parse(res->body);
+  for (const json& m : listed["data"]) {
     ids.push_back(m["id"]);
   }
   EXPECT_EQ(ids, std::vector<std::string>({"qwen2.5-coder-0.5b-instruct",

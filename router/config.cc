@@ -175,7 +175,74 @@ absl::Status RouterConfig::Validate() const {
           absl::StrCat("auth.keys_env: '", auth.keys_env, "' is not an environment variable name"));
     }
   }
-  return ValidateSemanticCache(*this);
+  RETURN_IF_ERROR(ValidateSemanticCache(*this));
+  RETURN_IF_ERROR(routing.Validate());
+  for (size_t i = 0; i < models.size() && routing.enabled(); ++i) {
+    if (models[i].name == routing.alias) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "routing.alias: '", routing.alias, "' is also models[", i,
+          "].name; the routed alias needs a name of its own"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RoutingConfig::Validate() const {
+  if (!enabled()) {
+    return absl::OkStatus();
+  }
+  if (alias.empty()) {
+    return absl::InvalidArgumentError("routing.alias is empty");
+  }
+  if (pools.size() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("routing.pools: want at least two pools to route between, got ",
+                     pools.size()));
+  }
+  if (!(embedding_weight >= 0 && embedding_weight <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("routing.embedding_weight must be in [0, 1], got ", embedding_weight));
+  }
+  if (neighbors < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("routing.neighbors must be >= 1, got ", neighbors));
+  }
+  if (!(temperature > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("routing.temperature must be > 0, got ", temperature));
+  }
+  for (size_t i = 0; i < pools.size(); ++i) {
+    const RoutingPoolConfig& p = pools[i];
+    const std::string at = absl::StrCat("routing.pools[", i, "]");
+    if (p.name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ".name is empty"));
+    }
+    if (p.model.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ".model is empty (want a served model's name)"));
+    }
+    if (i == 0 && p.min_score != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ".min_score must be 0 for the first pool (it takes the lowest scores), got ",
+          p.min_score));
+    }
+    if (i > 0 && !(p.min_score > pools[i - 1].min_score && p.min_score <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ".min_score must be in (", pools[i - 1].min_score,
+          ", 1] (above the previous pool's; pools go cheapest first), got ", p.min_score));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (pools[j].name == p.name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, ".name '", p.name, "' is used twice"));
+      }
+      if (pools[j].model == p.model) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, ".model '", p.model, "' is also routing.pools[", j, "].model"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParseEmbedding(const YAML::Node& root, absl::string_view base_dir,
@@ -228,6 +295,21 @@ absl::Status ParseSemanticCache(const YAML::Node& root, SemanticCacheConfig* out
   return absl::OkStatus();
 }
 
+// A number at map[key] (left untouched when absent).
+static absl::Status ReadNumber(const YAML::Node& map, const std::string& key,
+                               const std::string& path, double* out) {
+  std::string text;
+  RETURN_IF_ERROR(ReadString(map, key, path, &text));
+  if (text.empty()) {
+    return absl::OkStatus();
+  }
+  if (!absl::SimpleAtod(text, out)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(internal::JoinPath(path, key), ": want a number, got '", text, "'"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateSemanticCache(const RouterConfig& c) {
   const SemanticCacheConfig& s = c.semantic_cache;
   if (!s.enabled) {
@@ -267,6 +349,42 @@ absl::Status ValidateSemanticCache(const RouterConfig& c) {
   return absl::OkStatus();
 }
 
+absl::Status ParseRouting(const YAML::Node& root, absl::string_view base_dir, RoutingConfig* out) {
+  if (!root || !root.IsMap() || !root["routing"]) {
+    return absl::OkStatus();
+  }
+  YAML::Node r = root["routing"];
+  RETURN_IF_ERROR(CheckKeys(r, "routing",
+                            {"alias", "embedding_weight", "neighbors", "temperature", "pools"}));
+  RETURN_IF_ERROR(ReadString(r, "alias", "routing", &out->alias));
+  RETURN_IF_ERROR(ReadNumber(r, "embedding_weight", "routing", &out->embedding_weight));
+  RETURN_IF_ERROR(ReadInt32(r, "neighbors", "routing", &out->neighbors));
+  RETURN_IF_ERROR(ReadNumber(r, "temperature", "routing", &out->temperature));
+  if (!r.IsMap() || !r["pools"]) {
+    return absl::OkStatus();
+  }
+  YAML::Node pools = r["pools"];
+  if (!pools.IsSequence()) {
+    return absl::InvalidArgumentError(
+        "routing.pools: want a list of {name, model, min_score, exemplars, exemplars_file}");
+  }
+  for (size_t i = 0; i < pools.size(); ++i) {
+    const std::string at = absl::StrCat("routing.pools[", i, "]");
+    YAML::Node p = pools[i];
+    RETURN_IF_ERROR(
+        CheckKeys(p, at, {"name", "model", "min_score", "exemplars", "exemplars_file"}));
+    RoutingPoolConfig pc;
+    RETURN_IF_ERROR(ReadString(p, "name", at, &pc.name));
+    RETURN_IF_ERROR(ReadString(p, "model", at, &pc.model));
+    RETURN_IF_ERROR(ReadNumber(p, "min_score", at, &pc.min_score));
+    RETURN_IF_ERROR(ReadStringList(p, "exemplars", at, &pc.exemplars));
+    RETURN_IF_ERROR(ReadString(p, "exemplars_file", at, &pc.exemplars_file));
+    pc.exemplars_file = ResolvePath(pc.exemplars_file, base_dir);
+    out->pools.push_back(std::move(pc));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
                                                    absl::string_view base_dir) {
   ASSIGN_OR_RETURN(YAML::Node root, internal::LoadYaml(yaml));
@@ -276,7 +394,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
                              "http_threads", "http_backlog", "models", "workers", "internal_tls",
                              "allow_insecure_internal", "limits", "auth",
                              "expose_route_workers", "embedding",
-                             "semantic_cache"}));
+                             "semantic_cache", "routing"}));
   RETURN_IF_ERROR(ReadString(root, "grpc_address", "", &c.grpc_address));
   RETURN_IF_ERROR(ReadString(root, "http_address", "", &c.http_address));
   std::string mode(RoutingModeName(c.mode));
@@ -375,6 +493,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
   }
   RETURN_IF_ERROR(ParseEmbedding(root, base_dir, &c.embedding));
   RETURN_IF_ERROR(ParseSemanticCache(root, &c.semantic_cache));
+  RETURN_IF_ERROR(ParseRouting(root, base_dir, &c.routing));
   return c;
 }
 

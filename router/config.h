@@ -89,6 +89,22 @@
 //     threshold: 0.9                # cosine a vector hit needs (tau), every model...
 //     thresholds: {qwen: 0.93}      # ...unless listed here by served model name
 //     exact_only: false             # true: no vector tier (no embedding model needed)
+//   routing:                        # complexity routing over model pools (router/complexity.h);
+//                                   # absent = off (requests name their model)
+//     alias: auto                   # the routed model id clients send (also what a request
+//                                   # naming no model gets); listed by /v1/models
+//     embedding_weight: 0.6         # share of the exemplar-similarity term in the score when
+//                                   # an embedding model runs (the rest: prompt features)
+//     neighbors: 3                  # kNN: a pool's similarity is the mean of its k most
+//                                   # similar exemplars
+//     temperature: 0.05             # softmax temperature over the pools' similarities
+//     pools:                        # at least two, cheapest first
+//       - name: small               # the pool's label (metrics, x-tandem-route-pool)
+//         model: qwen2.5-coder-0.5b-instruct   # required: a served model's name (models:)
+//         min_score: 0              # takes scores in [min_score, the next pool's min_score);
+//                                   # the first pool's is 0, then strictly ascending
+//         exemplars: ["What is the capital of France?"]   # labelled prompts like this pool's
+//         exemplars_file: ""        # more, one per line ('#' comments); relative to this file
 
 #include <cstdint>
 #include <map>
@@ -183,6 +199,28 @@ struct SemanticCacheConfig {
   bool exact_only = false;
 };
 
+// One model pool of complexity routing (router/complexity.h).
+struct RoutingPoolConfig {
+  std::string name;                     // required
+  std::string model;                    // required: a served model's name
+  double min_score = 0;                 // lower end of the pool's score range
+  std::vector<std::string> exemplars;   // default none
+  std::string exemplars_file;           // default "": none
+};
+
+// Complexity routing; off when `pools` is empty.
+struct RoutingConfig {
+  std::string alias = "auto";
+  double embedding_weight = 0.6;        // in [0, 1]
+  int32_t neighbors = 3;                // >= 1
+  double temperature = 0.05;            // > 0
+  std::vector<RoutingPoolConfig> pools;
+
+  bool enabled() const { return !pools.empty(); }
+  // InvalidArgument naming the key ("routing.pools[1].min_score: ...").
+  absl::Status Validate() const;
+};
+
 struct RouterConfig {
   std::string grpc_address = "0.0.0.0:50051";
   std::string http_address = "0.0.0.0:8080";
@@ -202,6 +240,7 @@ struct RouterConfig {
   bool expose_route_workers = false;
   EmbeddingConfig embedding;
   SemanticCacheConfig semantic_cache;
+  RoutingConfig routing;
 
   // InvalidArgument naming the field; FailedPrecondition for a non-loopback
   // worker address (static or dns) without internal_tls unless

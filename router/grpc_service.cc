@@ -84,6 +84,8 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
       return;
     }
     request_id_ = prepared->client_request_id;
+    routed_ = !prepared->route_pool.empty();
+    complexity_score_ = prepared->complexity_score;
     tokenizer_ = &prepared->model->tokenizer();
     want_logprobs_ = prepared->sampling.logprobs || prepared->sampling.top_logprobs > 0;
     auto sink = std::make_shared<Sink>(this);
@@ -161,6 +163,7 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
       v1::GenerateResponse m;
       m.set_request_id(w_->request_id_);
       ToProto(route, w_->router_.config().expose_route_workers, m.mutable_route());
+      w_->SetComplexity(m.mutable_route());
       w_->Enqueue(std::move(m));
     }
     void OnDelta(const ChoiceDelta& d) override {
@@ -199,6 +202,7 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
         t->set_decode_seconds(absl::ToDoubleSeconds(s.decode));
         t->set_total_seconds(absl::ToDoubleSeconds(s.total));
         ToProto(s.route, w_->router_.config().expose_route_workers, m.mutable_route());
+        w_->SetComplexity(m.mutable_route());
         w_->Enqueue(std::move(m));
       }
       w_->FinishWith(proto::ToGrpcStatus(status));
@@ -238,10 +242,19 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     Finish(finish_status_);  // last touch of `this`
   }
 
+  // Complexity routing's score; RouteInfo.model names the pool's model.
+  void SetComplexity(v1::RouteInfo* route) const {
+    if (routed_) {
+      route->set_complexity_score(static_cast<float>(complexity_score_));
+    }
+  }
+
   Router& router_;
   std::string request_id_;
   const engine::Tokenizer* tokenizer_ = nullptr;
   bool want_logprobs_ = false;
+  bool routed_ = false;
+  double complexity_score_ = 0;
 
   absl::Mutex mu_;
   std::shared_ptr<RequestHandle> handle_ ABSL_GUARDED_BY(mu_);
@@ -309,6 +322,12 @@ grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerCont
     info->set_architecture(m->architecture());
     info->set_context_length(m->context_length());
     info->set_vocab_size(m->vocab_size());
+  }
+  if (const ModelCatalog& c = router_.catalog(); !c.routed_alias().empty()) {
+    v1::ModelInfo* info = response->add_models();  // complexity routing's alias
+    info->set_id(c.routed_alias());
+    info->set_architecture("router");
+    info->set_context_length(c.RoutedContextLength());
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

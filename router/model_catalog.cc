@@ -108,4 +108,16 @@ absl::StatusOr<const ServedModel*> ModelCatalog::Find(absl::string_view name) co
                       "model_not_found");
 }
 
+int32_t ModelCatalog::RoutedContextLength() const {
+  int32_t ctx = 0;
+  for (const std::string& name : routed_models_) {
+    for (const auto& m : models_) {
+      if (m->name() == name && (ctx == 0 || m->context_length() < ctx)) {
+        ctx = m->context_length();
+      }
+    }
+  }
+  return ctx;
+}
+
 }  // namespace tandem::router

@@ -65,8 +65,22 @@ class ModelCatalog {
   absl::StatusOr<const ServedModel*> Find(absl::string_view name) const;
   const std::vector<std::unique_ptr<ServedModel>>& models() const { return models_; }
 
+  // Complexity routing's alias (router/complexity.h) and the served models
+  // it routes to, cheapest first: /v1/models and ListModels list it after the
+  // models. Find() does not know it (the router resolves it first).
+  void SetRoutedAlias(std::string alias, std::vector<std::string> models) {
+    routed_alias_ = std::move(alias);
+    routed_models_ = std::move(models);
+  }
+  const std::string& routed_alias() const { return routed_alias_; }  // "" = none
+  const std::vector<std::string>& routed_models() const { return routed_models_; }
+  // The smallest context length of the routed models (0 without an alias).
+  int32_t RoutedContextLength() const;
+
  private:
   std::vector<std::unique_ptr<ServedModel>> models_;
+  std::string routed_alias_;
+  std::vector<std::string> routed_models_;
 };
 
 }  // namespace tandem::router

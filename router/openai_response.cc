@@ -308,6 +308,15 @@ std::string ModelListJson(const ModelCatalog& catalog, int64_t created_unix_seco
                         {"context_length", m->context_length()},
                         {"architecture", m->architecture()}});
   }
+  if (!catalog.routed_alias().empty()) {  // complexity routing picks one of routes_to
+    data.push_back(json{{"id", catalog.routed_alias()},
+                        {"object", "model"},
+                        {"created", created_unix_seconds},
+                        {"owned_by", "tandem"},
+                        {"context_length", catalog.RoutedContextLength()},
+                        {"architecture", "router"},
+                        {"routes_to", catalog.routed_models()}});
+  }
   return Dump(json{{"object", "list"}, {"data", std::move(data)}});
 }
 

@@ -85,7 +85,8 @@ class OpenAiResponseBuilder {
   std::vector<Choice> choices_;
 };
 
-// The body of GET /v1/models.
+// The body of GET /v1/models: every served model, then complexity routing's
+// alias (architecture "router", routes_to: the pools' models) when configured.
 std::string ModelListJson(const ModelCatalog& catalog, int64_t created_unix_seconds);
 
 }  // namespace tandem::router

@@ -68,6 +68,10 @@ struct PreparedRequest {
   bool chat = false;
   // The response cache's key; not eligible when the cache is off.
   CacheRequest cache;
+  // Complexity routing (router/complexity.h): the pool that serves the
+  // request and the prompt's score; "" when the request named its model.
+  std::string route_pool;
+  double complexity_score = 0;
 };
 
 // Validates and tokenizes. Every failure is InvalidArgument naming the

@@ -15,6 +15,45 @@ namespace tandem::router {
 using internal::ChoiceCall;
 using internal::RequestRun;
 
+namespace {
+
+ModelCatalog WithRoutedAlias(ModelCatalog catalog, const RoutingConfig& routing) {
+  if (routing.enabled()) {
+    std::vector<std::string> models;
+    for (const RoutingPoolConfig& p : routing.pools) {
+      models.push_back(p.model);
+    }
+    catalog.SetRoutedAlias(routing.alias, std::move(models));
+  }
+  return catalog;
+}
+
+// What complexity routing scores: the prompt, or a chat's last user message.
+absl::StatusOr<std::string> RoutingText(const GenerationRequest& request,
+                                        const std::string& alias) {
+  if (request.prompt_ids.has_value()) {
+    return InvalidParam("prompt",
+                        absl::StrCat("model '", alias,
+                                     "' routes on the prompt's text: send text or messages, or "
+                                     "name a served model for token ids"),
+                        "invalid_prompt");
+  }
+  if (request.prompt_text.has_value()) {
+    return *request.prompt_text;
+  }
+  if (!request.messages.has_value() || request.messages->empty()) {
+    return std::string();  // PrepareRequest names the missing prompt
+  }
+  for (auto it = request.messages->rbegin(); it != request.messages->rend(); ++it) {
+    if (it->role == "user") {
+      return it->content;
+    }
+  }
+  return request.messages->back().content;
+}
+
+}  // namespace
+
 const char* FinishReasonName(FinishReason r) {
   switch (r) {
     case FinishReason::kLength:
@@ -31,7 +70,7 @@ Router::Router(RouterConfig config, ModelCatalog catalog, SnapshotSource snapsho
                base::MetricsRegistry& metrics, base::Clock& clock,
                std::shared_ptr<Embedder> embedder)
     : config_(std::move(config)),
-      catalog_(std::move(catalog)),
+      catalog_(WithRoutedAlias(std::move(catalog), config_.routing)),
       snapshots_(std::move(snapshots)),
       clock_(clock),
       embedder_(std::move(embedder)),
@@ -39,6 +78,16 @@ Router::Router(RouterConfig config, ModelCatalog catalog, SnapshotSource snapsho
   if (config_.semantic_cache.enabled) {
     cache_ = std::make_unique<SemanticCache>(config_.semantic_cache,
                                              embedder_ != nullptr ? embedder_->dim() : 0, clock_);
+  }
+  if (config_.routing.enabled()) {
+    absl::StatusOr<std::unique_ptr<ComplexityRouter>> r =
+        ComplexityRouter::Create(config_.routing, catalog_, embedder_.get(), metrics);
+    if (r.ok()) {
+      routing_ = *std::move(r);
+    } else {
+      routing_status_ = r.status();
+      LOG(ERROR) << "routing: " << r.status();
+    }
   }
 }
 
@@ -92,6 +141,10 @@ absl::Status CheckPromptBytes(const GenerationRequest& request, const ModelCatal
 
 absl::StatusOr<PreparedRequest> Router::Prepare(const GenerationRequest& request,
                                                 absl::Time client_deadline) const {
+  if (config_.routing.enabled() &&
+      (request.model.empty() || request.model == config_.routing.alias)) {
+    return PrepareRouted(request, client_deadline);
+  }
   // Before tokenizing: a prompt far over the context costs tokenizer time and
   // memory (a 32 MB prompt is 33 M tokens) only to be refused.
   if (absl::Status s = CheckPromptBytes(request, catalog_, config_.limits); !s.ok()) {
@@ -108,6 +161,36 @@ absl::StatusOr<PreparedRequest> Router::Prepare(const GenerationRequest& request
       return cache.status();
     }
     p->cache = *std::move(cache);
+  }
+  return p;
+}
+
+absl::StatusOr<PreparedRequest> Router::PrepareRouted(const GenerationRequest& request,
+                                                      absl::Time client_deadline) const {
+  if (routing_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", config_.routing.alias, "': routing is not running: ",
+                     routing_status_.message()));
+  }
+  absl::StatusOr<std::string> text = RoutingText(request, config_.routing.alias);
+  if (!text.ok()) {
+    return text.status();
+  }
+  absl::StatusOr<RoutingDecision> d =
+      routing_->Route(*text, config_.mode, *snapshots_(), clock_.Now());
+  if (!d.ok()) {
+    return d.status();
+  }
+  GenerationRequest routed = request;
+  routed.model = d->model->name();
+  absl::StatusOr<PreparedRequest> p = Prepare(routed, client_deadline);
+  if (p.ok()) {
+    p->route_pool = d->pool;
+    p->complexity_score = d->score.score;
+    VLOG(1) << "routing: request_id=" << p->request_id << " pool=" << d->pool
+            << " model=" << routed.model << " score=" << d->score.score
+            << " features=" << d->score.features_score
+            << " exemplars=" << d->score.exemplar_score;
   }
   return p;
 }
@@ -214,6 +297,9 @@ void Router::RecordRejected(absl::string_view model, const absl::Status& status)
   }
   if (model.empty() && catalog_.models().size() == 1) {
     label = catalog_.models()[0]->name();
+  }
+  if (config_.routing.enabled() && (model.empty() || model == config_.routing.alias)) {
+    label = config_.routing.alias;
   }
   metrics_.CountRequest(label, status.code());
   LOG(INFO) << "request model=" << label << " code=" << absl::StatusCodeToString(status.code())

@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/base/metrics.h"
+#include "router/complexity.h"
 #include "router/config.h"
 #include "router/embedder.h"
 #include "router/generation.h"
@@ -70,6 +71,11 @@ class Router {
   // `client_deadline` capped by limits.default_timeout from now. A prompt
   // text (or chat messages) over MaxPromptBytes is refused InvalidArgument
   // naming limits.max_prompt_bytes before it is tokenized.
+  // With routing configured, a request naming routing.alias (or no model)
+  // is scored and given a pool's model first (router/complexity.h; the
+  // embedding runs here, on the caller's thread, a few ms); UNAVAILABLE
+  // naming every pool when none has a live worker. A request naming a served
+  // model keeps it.
   absl::StatusOr<PreparedRequest> Prepare(const GenerationRequest& request,
                                           absl::Time client_deadline) const;
 
@@ -101,6 +107,10 @@ class Router {
   Embedder* embedder() const { return embedder_.get(); }
   // Null when semantic_cache.enabled is false.
   SemanticCache* semantic_cache() const { return cache_.get(); }
+  // Complexity routing; null when the config has none or it failed to start
+  // (routing_status() says why: RouterServer::Create refuses to start then).
+  const ComplexityRouter* routing() const { return routing_.get(); }
+  const absl::Status& routing_status() const { return routing_status_; }
 
  private:
   friend class internal::RequestRun;
@@ -126,6 +136,9 @@ class Router {
   std::shared_ptr<RequestHandle> ServeFromCache(uint64_t id, const PreparedRequest& request,
                                                 std::shared_ptr<GenerationObserver>& observer,
                                                 CacheStatus* status);
+  // Prepare for a request complexity routing resolves.
+  absl::StatusOr<PreparedRequest> PrepareRouted(const GenerationRequest& request,
+                                                absl::Time client_deadline) const;
 
   const RouterConfig config_;
   const ModelCatalog catalog_;
@@ -143,6 +156,8 @@ class Router {
   std::map<std::string, LocalLoad> local_load_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::map<uint64_t, std::weak_ptr<internal::ChoiceCall>>> calls_
       ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<ComplexityRouter> routing_;  // built in the constructor, then read-only
+  absl::Status routing_status_;
 };
 
 }  // namespace tandem::router

@@ -62,9 +62,13 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterConfig 
     }
     embedder = std::move(*loaded);
   }
-  return std::unique_ptr<RouterServer>(
+  std::unique_ptr<RouterServer> server(
       new RouterServer(std::move(config), *std::move(catalog), std::move(api_keys),
                        *std::move(credentials), std::move(embedder)));
+  if (!server->router().routing_status().ok()) {  // complexity routing (router/complexity.h)
+    return server->router().routing_status();
+  }
+  return server;
 }
 
 RouterServer::RouterServer(RouterConfig config, ModelCatalog catalog, ApiKeys api_keys,

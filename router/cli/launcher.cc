@@ -115,24 +115,93 @@ std::optional<std::map<std::string, std::string>> ReadyFields(const std::string&
 
 }  // namespace
 
-absl::Status ClusterSpec::Validate() const {
-  if (model.empty()) {
-    return absl::InvalidArgumentError("model: the GGUF model path is required");
+namespace {
+
+absl::Status ParsePools(const YAML::Node& root, absl::string_view base_dir, ClusterSpec* spec) {
+  if (!root || !root.IsMap() || !root["pools"]) {
+    return absl::OkStatus();
   }
-  for (const auto& [name, r] : {std::pair<const char*, const RoleSpec*>{"prefill", &prefill},
-                                {"decode", &decode},
-                                {"colocated", &colocated}}) {
-    if (r->replicas < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ".replicas must be >= 0"));
+  for (const char* single : {"model", "prefill", "decode", "colocated"}) {
+    if (root[single]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pools: give either pools or the top-level ", single, " (a pool names its model and "
+          "workers)"));
     }
   }
-  if ((prefill.replicas > 0) != (decode.replicas > 0)) {
+  const YAML::Node pools = root["pools"];
+  if (!pools.IsSequence()) {
     return absl::InvalidArgumentError(
-        "prefill.replicas and decode.replicas must both be > 0 (disaggregated) or both 0");
+        "pools: want a list of {name, model, prefill, decode, colocated}");
   }
-  if (prefill.replicas + decode.replicas + colocated.replicas == 0) {
-    return absl::InvalidArgumentError(
-        "no workers: set prefill + decode replicas, or colocated replicas");
+  for (size_t i = 0; i < pools.size(); ++i) {
+    const std::string at = absl::StrCat("pools[", i, "]");
+    const YAML::Node n = pools[i];
+    RETURN_IF_ERROR(CheckKeys(n, at, {"name", "model", "prefill", "decode", "colocated"}));
+    ModelPoolSpec p;
+    RETURN_IF_ERROR(internal::ReadString(n, "name", at, &p.name));
+    RETURN_IF_ERROR(internal::ReadString(n, "model", at, &p.model));
+    if (engine::FindKnownModel(p.model) == nullptr) {  // a model name stays a name
+      p.model = Resolve(p.model, base_dir);
+    }
+    RETURN_IF_ERROR(ParseRole(n, "prefill", &p.prefill));
+    RETURN_IF_ERROR(ParseRole(n, "decode", &p.decode));
+    RETURN_IF_ERROR(ParseRole(n, "colocated", &p.colocated));
+    spec->pools.push_back(std::move(p));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<ModelPoolSpec> ClusterSpec::EffectivePools() const {
+  if (!pools.empty()) {
+    return pools;
+  }
+  return {ModelPoolSpec{"", model, prefill, decode, colocated}};
+}
+
+namespace {
+
+// `at`: "" for the top-level model, "pools[i]." for a pool.
+absl::Status ValidatePool(const ModelPoolSpec& p, const std::string& at) {
+  if (p.model.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(at, "model: the GGUF model path is required"));
+  }
+  for (const auto& [name, r] : {std::pair<const char*, const RoleSpec*>{"prefill", &p.prefill},
+                                {"decode", &p.decode},
+                                {"colocated", &p.colocated}}) {
+    if (r->replicas < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(at, name, ".replicas must be >= 0"));
+    }
+  }
+  if ((p.prefill.replicas > 0) != (p.decode.replicas > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        at, "prefill.replicas and ", at,
+        "decode.replicas must both be > 0 (disaggregated) or both 0"));
+  }
+  if (p.prefill.replicas + p.decode.replicas + p.colocated.replicas == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        at, "no workers: set prefill + decode replicas, or colocated replicas"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ClusterSpec::Validate() const {
+  const std::vector<ModelPoolSpec> all = EffectivePools();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const std::string at = pools.empty() ? "" : absl::StrCat("pools[", i, "].");
+    RETURN_IF_ERROR(ValidatePool(all[i], at));
+    if (!pools.empty() && all[i].name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(at, "name is empty"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (!pools.empty() && all[j].name == all[i].name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, "name '", all[i].name, "' is used twice"));
+      }
+    }
   }
   if (restart.max_failures < 0) {
     return absl::InvalidArgumentError("restart.max_failures must be >= 0");
@@ -158,7 +227,7 @@ absl::StatusOr<ClusterSpec> ParseClusterYaml(absl::string_view yaml, absl::strin
   RETURN_IF_ERROR(CheckKeys(root, "",
                             {"model", "host", "bin_dir", "log_dir", "health_timeout", "grace",
                              "internal_tls", "restart", "router", "prefill", "decode",
-                             "colocated"}));
+                             "colocated", "pools"}));
   ClusterSpec spec;
   RETURN_IF_ERROR(internal::ReadString(root, "model", "", &spec.model));
   RETURN_IF_ERROR(internal::ReadString(root, "host", "", &spec.host));
@@ -229,6 +298,7 @@ absl::StatusOr<ClusterSpec> ParseClusterYaml(absl::string_view yaml, absl::strin
   RETURN_IF_ERROR(ParseRole(root, "prefill", &spec.prefill));
   RETURN_IF_ERROR(ParseRole(root, "decode", &spec.decode));
   RETURN_IF_ERROR(ParseRole(root, "colocated", &spec.colocated));
+  RETURN_IF_ERROR(ParsePools(root, base_dir, &spec));
   return spec;
 }
 
@@ -333,10 +403,15 @@ absl::Status Cluster::Start(std::ostream& log) {
 
 absl::Status Cluster::StartProcesses(std::ostream& log) {
   RETURN_IF_ERROR(spec_.Validate());
-  // A model name (smollm2-135m-instruct) is its file in the model cache.
-  ASSIGN_OR_RETURN(const std::string model_path, engine::ResolveModelPath(spec_.model));
-  if (!fs::exists(model_path)) {
-    return absl::NotFoundError(absl::StrCat("model ", model_path, " does not exist"));
+  const std::vector<ModelPoolSpec> pools = spec_.EffectivePools();
+  std::vector<std::string> model_paths;  // per pool, absolute
+  for (const ModelPoolSpec& pool : pools) {
+    // A model name (smollm2-135m-instruct) is its file in the model cache.
+    ASSIGN_OR_RETURN(const std::string model_path, engine::ResolveModelPath(pool.model));
+    if (!fs::exists(model_path)) {
+      return absl::NotFoundError(absl::StrCat("model ", model_path, " does not exist"));
+    }
+    model_paths.push_back(fs::absolute(model_path).lexically_normal().string());
   }
   const std::string bin_dir = spec_.bin_dir.empty() ? ExeDir() : spec_.bin_dir;
   std::string run_dir = spec_.log_dir;
@@ -350,18 +425,26 @@ absl::Status Cluster::StartProcesses(std::ostream& log) {
     std::error_code ec;
     fs::create_directories(run_dir, ec);
   }
-  const std::string model = fs::absolute(model_path).lexically_normal().string();
   RETURN_IF_ERROR(SetUpInternalTls(run_dir, log));
 
   // Every process listens on port 0 (unless the spec fixes the router's) and
   // reports the ports it bound on its READY line: a port picked here and
   // released before the child binds it can be taken in between (UCX
   // listeners, parallel tests).
-  const int workers = spec_.prefill.replicas + spec_.decode.replicas + spec_.colocated.replicas;
-  auto add_workers = [&](const RoleSpec& role, const char* role_name, const char* binary) {
+  int want_prefill = 0;
+  int want_decode = 0;
+  int want_colocated = 0;
+  for (const ModelPoolSpec& pool : pools) {
+    want_prefill += pool.prefill.replicas;
+    want_decode += pool.decode.replicas;
+    want_colocated += pool.colocated.replicas;
+  }
+  const int workers = want_prefill + want_decode + want_colocated;
+  auto add_workers = [&](const RoleSpec& role, const char* role_name, const char* binary,
+                         const std::string& model, const std::string& prefix) {
     for (int i = 0; i < role.replicas; ++i) {
       Process p;
-      p.name = absl::StrCat(role_name, "-", i);
+      p.name = absl::StrCat(prefix, role_name, "-", i);
       p.binary = (fs::path(bin_dir) / binary).string();
       YAML::Node c = role.config ? YAML::Clone(role.config) : YAML::Node(YAML::NodeType::Map);
       c["model"] = model;
@@ -393,9 +476,15 @@ absl::Status Cluster::StartProcesses(std::ostream& log) {
     }
     return absl::OkStatus();
   };
-  RETURN_IF_ERROR(add_workers(spec_.prefill, "prefill", "tandem-prefill"));
-  RETURN_IF_ERROR(add_workers(spec_.decode, "decode", "tandem-decode"));
-  RETURN_IF_ERROR(add_workers(spec_.colocated, "colocated", "tandem-decode"));
+  for (size_t i = 0; i < pools.size(); ++i) {
+    const std::string prefix = pools[i].name.empty() ? "" : absl::StrCat(pools[i].name, "-");
+    RETURN_IF_ERROR(
+        add_workers(pools[i].prefill, "prefill", "tandem-prefill", model_paths[i], prefix));
+    RETURN_IF_ERROR(
+        add_workers(pools[i].decode, "decode", "tandem-decode", model_paths[i], prefix));
+    RETURN_IF_ERROR(
+        add_workers(pools[i].colocated, "colocated", "tandem-decode", model_paths[i], prefix));
+  }
 
   Process router;
   router.name = "router";
@@ -429,12 +518,14 @@ absl::Status Cluster::StartProcesses(std::ostream& log) {
   rc["grpc_address"] = absl::StrCat(spec_.host, ":", spec_.grpc_port);
   rc["http_address"] = absl::StrCat(spec_.host, ":", spec_.http_port);
   if (!rc["models"]) {
-    YAML::Node m;
-    m["path"] = model;
-    if (engine::FindKnownModel(spec_.model) != nullptr) {
-      m["name"] = spec_.model;  // clients ask for the model by the name the spec gave
+    for (size_t i = 0; i < pools.size(); ++i) {
+      YAML::Node m;
+      m["path"] = model_paths[i];
+      if (engine::FindKnownModel(pools[i].model) != nullptr) {
+        m["name"] = pools[i].model;  // clients ask for the model by the name the spec gave
+      }
+      rc["models"].push_back(m);
     }
-    rc["models"].push_back(m);
   }
   for (const std::string& a : worker_addresses) {
     rc["workers"]["static"].push_back(a);
@@ -483,9 +574,8 @@ absl::Status Cluster::StartProcesses(std::ostream& log) {
       nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
       if (!j.is_discarded() && j.contains("workers")) {
         const auto& w = j["workers"];
-        if (w.value("prefill", 0) == spec_.prefill.replicas &&
-            w.value("decode", 0) == spec_.decode.replicas &&
-            w.value("colocated", 0) == spec_.colocated.replicas) {
+        if (w.value("prefill", 0) == want_prefill && w.value("decode", 0) == want_decode &&
+            w.value("colocated", 0) == want_colocated) {
           break;
         }
       }

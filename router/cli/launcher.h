@@ -43,6 +43,11 @@
 //                                             #   tls_*; ucx_net_devices defaults to "lo"
 //                                             #   on a loopback host (UCX's TCP listens
 //                                             #   on loopback only)
+//   pools:                          # instead of model + prefill/decode/colocated: several
+//     - name: small                 #   models, each with its own workers (worker names
+//       model: qwen2.5-coder-0.5b-instruct   # small-prefill-0, ...); the router serves
+//       prefill: {replicas: 1, config: {...}} # every pool's model (complexity routing
+//       decode: {replicas: 1, config: {...}}  # between them: router.routing, router/config.h)
 //
 // Library code for the `tandem` binary (tests drive it as a subprocess).
 // Not thread-safe: one thread runs Start / Supervise / Stop.
@@ -79,6 +84,15 @@ struct RestartPolicy {
 
 enum class InternalTls { kDev, kFiles, kOff };
 
+// One model and its workers (`pools:`).
+struct ModelPoolSpec {
+  std::string name;             // prefixes its workers' names; required
+  std::string model;            // as ClusterSpec::model
+  RoleSpec prefill;
+  RoleSpec decode;
+  RoleSpec colocated;
+};
+
 struct ClusterSpec {
   std::string model;            // a model name, or a path (absolute or relative to the cwd)
   std::string host = "127.0.0.1";
@@ -95,6 +109,11 @@ struct ClusterSpec {
   RoleSpec prefill;
   RoleSpec decode;
   RoleSpec colocated;
+  // Several models (`pools:`); empty: the one `model` with the roles above.
+  std::vector<ModelPoolSpec> pools;
+
+  // The pools to start: `pools`, or one unnamed pool of `model` and the roles.
+  std::vector<ModelPoolSpec> EffectivePools() const;
 
   // InvalidArgument naming the field: no model, no workers, prefill without
   // decode (or the reverse), negative replicas, a bad restart policy;

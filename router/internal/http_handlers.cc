@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
 #include "router/api_error.h"
@@ -220,6 +221,8 @@ std::shared_ptr<GenerationExchange> GenerationExchange::Start(HttpContext& ctx,
   x->request_ = *std::move(parsed);
   x->deadline_ = prepared->deadline;
   x->request_id_ = prepared->client_request_id;
+  x->route_pool_ = prepared->route_pool;
+  x->complexity_score_ = prepared->complexity_score;
   const ServedModel& model = *prepared->model;
   x->builder_ = std::make_unique<OpenAiResponseBuilder>(
       x->request_, model,
@@ -240,9 +243,18 @@ std::shared_ptr<GenerationExchange> GenerationExchange::Start(HttpContext& ctx,
   return x;
 }
 
+void GenerationExchange::AddRequestHeaders(
+    std::vector<std::pair<std::string, std::string>>& headers) const {
+  headers.emplace_back("X-Request-Id", request_id_);
+  if (!route_pool_.empty()) {  // complexity routing chose the model
+    headers.emplace_back("X-Tandem-Route-Pool", route_pool_);
+    headers.emplace_back("X-Tandem-Complexity", absl::StrFormat("%.4f", complexity_score_));
+  }
+}
+
 void GenerationExchange::Fail(const absl::Status& s) {
   HttpResponse r = ErrorResponse(s, ctx_.router.config().limits.retry_after);
-  r.headers.emplace_back("X-Request-Id", request_id_);
+  AddRequestHeaders(r.headers);
   sink_.Respond(std::move(r));
 }
 
@@ -257,7 +269,7 @@ void GenerationExchange::OnEvent(Event e) {
     HttpResponse head;
     head.content_type = "text/event-stream";
     head.headers.emplace_back("Cache-Control", "no-cache");
-    head.headers.emplace_back("X-Request-Id", request_id_);
+    AddRequestHeaders(head.headers);
     AddCacheHeader(head);
     sink_.StartStream(std::move(head));
     streaming_ = true;
@@ -289,8 +301,8 @@ void GenerationExchange::OnEvent(Event e) {
         }
         HttpResponse r;
         r.body = builder_->FinalResponse(e.summary);
-        r.headers.emplace_back("X-Request-Id", request_id_);
-        AddCacheHeader(r);
+        AddRequestHeaders(r.headers);
+    AddCacheHeader(r);
         sink_.Respond(std::move(r));
         return;
       }

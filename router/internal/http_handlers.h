@@ -133,6 +133,11 @@ class GenerationExchange : public std::enable_shared_from_this<GenerationExchang
   bool cancelled_late_ = false;
   bool done_ = false;
   CacheStatus cache_status_ = CacheStatus::kBypass;  // set by Start
+  // Complexity routing (router/complexity.h); "" when the request named its model.
+  std::string route_pool_;
+  double complexity_score_ = 0;
+  // X-Request-Id, and X-Tandem-Route-Pool / X-Tandem-Complexity when routed.
+  void AddRequestHeaders(std::vector<std::pair<std::string, std::string>>& headers) const;
 };
 
 // The OpenAI error body with the matching HTTP status (and Retry-After when

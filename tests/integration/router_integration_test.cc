@@ -19,6 +19,9 @@
 //    call (OpenAI tools), streaming and not; the follow-up with the tool
 //    result answered as content; prompt token counts as transformers renders
 //    and Hugging Face tokenizers counts them (chat_template/reference.json);
+//  - `tandem up deploy/local/two-pool.yaml` (Qwen 0.5B + 1.5B pools, the
+//    routed alias `auto`): /v1/models, easy -> small, hard -> large,
+//    explicit model wins, route headers and metrics;
 //  - `tandem up deploy/local/secure.yaml` (API keys): 401 + OpenAI body
 //    without / with a wrong key on every HTTP route, 200 with the key, health
 //    public, gRPC UNAUTHENTICATED without the metadata; the router logs the
@@ -1311,6 +1314,65 @@ TEST(RouterStartTest, WarnsForAFrontBeyondLoopbackWithoutKeys) {
       EXPECT_THAT(log, Not(HasSubstr("public HTTP front"))) << log;
     }
   }
+}
+
+// deploy/local/two-pool.yaml: Qwen2.5-Coder-0.5B (small) and 1.5B (large),
+// each with its own prefill and decode worker, and the routed alias `auto`
+// (router/complexity.h, the embedder on): /v1/models lists both and the
+// alias; an easy prompt goes to small and a short hard one to large (X-Tandem-
+// Route-Pool, the response's model); an explicit model wins. Two tokens per
+// answer: the 1.5B decodes slowly on a shared 2-core machine.
+TEST(TandemUpTest, TwoPoolRoutesByComplexity) {
+  const std::string config = absl::StrCat(TANDEM_SOURCE_DIR, "/deploy/local/two-pool.yaml");
+  absl::StatusOr<std::unique_ptr<ChildProcess>> up = StartUp(config);
+  ASSERT_TRUE(up.ok()) << up.status();
+  ChildProcess& p = **up;
+  const std::vector<UpProcess> procs = UpProcesses(p.output());
+  ASSERT_EQ(procs.size(), 5u) << p.output();
+  httplib::Client cli = ClientFor(procs[0].http_address, 120);
+  auto res = cli.Get("/v1/models");
+  ASSERT_TRUE(res) << p.Tail();
+  std::vector<std::string> ids;
+  const json listed = json::parse(res->body);
+  for (const json& m : listed["data"]) {
+    ids.push_back(m["id"]);
+  }
+  EXPECT_EQ(ids, std::vector<std::string>({"qwen2.5-coder-0.5b-instruct",
+                                           "qwen2.5-coder-1.5b-instruct", "auto"}));
+  auto chat = [&](const std::string& model, const std::string& text) {
+    const json body = {{"model", model},
+                       {"max_tokens", 2},
+                       {"temperature", 0},
+                       {"messages", {{{"role", "user"}, {"content", text}}}}};
+    return cli.Post("/v1/chat/completions", body.dump(), "application/json");
+  };
+  const std::string easy = "What is the capital of France?";
+  const std::string hard = "Prove that there are infinitely many primes of the form 4k+3.";
+  res = chat("auto", easy);
+  ASSERT_TRUE(res) << p.Tail();
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->get_header_value("X-Tandem-Route-Pool"), "small");
+  EXPECT_EQ(json::parse(res->body)["model"], "qwen2.5-coder-0.5b-instruct") << res->body;
+  res = chat("auto", hard);
+  ASSERT_TRUE(res) << p.Tail();
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->get_header_value("X-Tandem-Route-Pool"), "large");
+  EXPECT_EQ(json::parse(res->body)["model"], "qwen2.5-coder-1.5b-instruct") << res->body;
+  res = chat("qwen2.5-coder-0.5b-instruct", hard);
+  ASSERT_TRUE(res) << p.Tail();
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_FALSE(res->has_header("X-Tandem-Route-Pool"));
+  EXPECT_EQ(json::parse(res->body)["model"], "qwen2.5-coder-0.5b-instruct") << res->body;
+  res = cli.Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_THAT(res->body, ::testing::AllOf(
+                             HasSubstr("tandem_route_decisions_total{pool=\"small\"} 1"),
+                             HasSubstr("tandem_route_decisions_total{pool=\"large\"} 1")));
+
+  p.Signal(SIGTERM);
+  const absl::StatusOr<int> exit_code = p.Wait(absl::Seconds(60));
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status() << "\n" << p.Tail();
+  EXPECT_EQ(*exit_code, 0) << p.Tail();
 }
 
 }  // namespace

@@ -79,5 +79,53 @@ TEST(LauncherTlsTest, MissingDevCaScriptIsAClearError) {
   unsetenv("TANDEM_SCRIPTS");
 }
 
+// pools: several models, each with its own workers (deploy/local/two-pool.yaml).
+TEST(LauncherPoolsTest, ParsesPoolsAndNamesTheKeyOnErrors) {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterYaml(R"(
+pools:
+  - name: small
+    model: m1.gguf
+    prefill: {replicas: 1}
+    decode: {replicas: 1, config: {threads: 1}}
+  - name: large
+    model: qwen2.5-coder-1.5b-instruct
+    colocated: {replicas: 2}
+)",
+                                                      "/etc/tandem");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_OK(spec->Validate());
+  const std::vector<ModelPoolSpec> pools = spec->EffectivePools();
+  ASSERT_EQ(pools.size(), 2u);
+  EXPECT_EQ(pools[0].model, "/etc/tandem/m1.gguf");
+  EXPECT_EQ(pools[0].prefill.replicas, 1);
+  EXPECT_EQ(pools[0].decode.config["threads"].as<int>(), 1);
+  EXPECT_EQ(pools[1].model, "qwen2.5-coder-1.5b-instruct");  // a name stays a name
+  EXPECT_EQ(pools[1].colocated.replicas, 2);
+  // Without pools: one unnamed pool of the top-level model and roles.
+  absl::StatusOr<ClusterSpec> single = ParseClusterYaml(kWorkers, "/etc/tandem");
+  ASSERT_TRUE(single.ok()) << single.status();
+  ASSERT_EQ(single->EffectivePools().size(), 1u);
+  EXPECT_EQ(single->EffectivePools()[0].name, "");
+  EXPECT_EQ(single->EffectivePools()[0].colocated.replicas, 1);
+
+  EXPECT_THAT(ParseClusterYaml("model: m.gguf\npools: [{name: a, model: b}]\n", ""),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("pools: give either pools or the top-level model")));
+  EXPECT_THAT(ParseClusterYaml("pools: [{name: a, model: b, replicas: 1}]\n", ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pools[0]")));
+  spec->pools[1].name = "small";
+  EXPECT_THAT(spec->Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr("pools[1].name 'small' is used twice")));
+  spec->pools[1].name = "large";
+  spec->pools[0].decode.replicas = 0;
+  EXPECT_THAT(spec->Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("pools[0].prefill.replicas and pools[0].decode.replicas")));
+  spec->pools[0].decode.replicas = 1;
+  spec->pools[1].model = "";
+  EXPECT_THAT(spec->Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pools[1].model")));
+}
+
 }  // namespace
 }  // namespace tandem::router::cli

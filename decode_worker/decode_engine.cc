@@ -798,10 +798,12 @@ void DecodeEngine::UpdateLoad() {
   metrics_->waiting_requests->Set(l.waiting);
   metrics_->reserved_requests->Set(l.reserved);
   metrics_->fenced_reservations->Set(l.fenced);
-  metrics_->kv_blocks_free->Set(l.free_blocks);
-  metrics_->kv_blocks_used->Set(l.used_blocks);
-  metrics_->kv_blocks_cached->Set(l.cached_blocks);
-  metrics_->kv_blocks_capacity->Set(l.total_blocks);
+  metrics_->SetLoad({.running = l.running,
+                     .waiting = l.waiting,
+                     .free_blocks = l.free_blocks,
+                     .used_blocks = l.used_blocks,
+                     .cached_blocks = l.cached_blocks,
+                     .total_blocks = l.total_blocks});
   if (on_load_) {
     on_load_(l);
   }

@@ -608,6 +608,8 @@ bool DecodeEngine::AcceptToken(Seq& s, const engine::SampleResult& sample, Token
   if (s.first_token_time == absl::InfinitePast()) {
     s.first_token_time = now;
     metrics_->time_to_first_token->Observe(absl::ToDoubleSeconds(now - s.arrival));
+  } else {
+    metrics_->inter_token_latency->Observe(absl::ToDoubleSeconds(now - s.last_token_time));
   }
   s.last_token_time = now;
   if (std::find(s.stop_ids.begin(), s.stop_ids.end(), sample.token) != s.stop_ids.end()) {

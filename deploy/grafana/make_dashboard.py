@@ -36,9 +36,8 @@ PANELS = [
      quantiles("tandem_router_time_per_output_token_seconds", "model"),
      "Mean time between output tokens after the first, per request."),
     ("Inter-token latency (decode workers)", "s",
-     quantiles("tandem_decode_time_per_output_token_seconds"),
-     "The decode workers' mean gap between a request's output tokens (their "
-     "tandem_decode_time_per_output_token_seconds; Tandem has no per-token histogram yet)."),
+     quantiles("tandem_decode_inter_token_latency_seconds"),
+     "Time between two consecutive output tokens of a request, on the decode workers."),
     ("End-to-end request latency (router)", "s",
      quantiles("tandem_router_request_duration_seconds", "model"),
      "From admission to the end of the request."),

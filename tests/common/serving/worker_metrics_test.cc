@@ -66,17 +66,24 @@ TEST(WorkerMetricsTest, SetLoadExportsThePoolAndTheVllmGauges) {
   // read a Tandem worker unchanged.
   base::MetricsRegistry registry;
   WorkerMetrics m(registry, "tandem_decode", "ucx", "received");
-  m.SetLoad({.running = 3, .waiting = 7, .free_blocks = 6, .used_blocks = 1, .cached_blocks = 1,
+  m.SetLoad({.running = 3,
+             .waiting = 7,
+             .free_blocks = 6,
+             .used_blocks = 1,
+             .cached_blocks = 1,
              .total_blocks = 8});
   const std::string text = registry.RenderText();
   EXPECT_THAT(text, HasSubstr("tandem_decode_kv_blocks_free 6\n"));
   EXPECT_THAT(text, HasSubstr("tandem_decode_kv_blocks_used 1\n"));
   EXPECT_THAT(text, HasSubstr("tandem_decode_kv_blocks_cached 1\n"));
   EXPECT_THAT(text, HasSubstr("tandem_decode_kv_blocks_capacity 8\n"));
-  EXPECT_THAT(text, HasSubstr("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3\n"));
-  EXPECT_THAT(text, HasSubstr("# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 7\n"));
+  EXPECT_THAT(text,
+              HasSubstr("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3\n"));
+  EXPECT_THAT(text,
+              HasSubstr("# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 7\n"));
   // 1 - free / total = 1 - 6/8.
-  EXPECT_THAT(text, HasSubstr("# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.25\n"));
+  EXPECT_THAT(text,
+              HasSubstr("# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.25\n"));
 }
 
 TEST(WorkerMetricsTest, KvCacheUsageOfAnEmptyPoolIsZero) {

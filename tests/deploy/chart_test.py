@@ -49,6 +49,31 @@ def validate_objects(docs, label):
     return failures
 
 
+def check_wiring(docs, label):
+    """The router's workers.dns names exactly the headless worker Services (by
+    FQDN and gRPC port), and each selects one worker Deployment's pods."""
+    import yaml  # noqa: PLC0415
+    failures = []
+    router_cm = next(d for d in docs if d["kind"] == "ConfigMap"
+                     and d["metadata"]["name"].endswith("-router"))
+    dns = set(yaml.safe_load(router_cm["data"]["router.yaml"])["workers"]["dns"])
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    want = set()
+    for svc in (d for d in docs if d["kind"] == "Service" and d["spec"].get("clusterIP") == "None"):
+        name = svc["metadata"]["name"]
+        grpc = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "grpc")
+        want.add(f"{name}.{chart_render.NAMESPACE}.svc.cluster.local:{grpc}")
+        selected = [d for d in deployments if all(
+            d["spec"]["template"]["metadata"]["labels"].get(k) == v
+            for k, v in svc["spec"]["selector"].items())]
+        if len(selected) != 1:
+            failures.append(f"{label}: Service {name} selects {len(selected)} Deployments")
+    if dns != want:
+        failures.append(f"{label}: router workers.dns {sorted(dns)} != headless Services "
+                        f"{sorted(want)}")
+    return failures
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chart", default=chart_render.CHART)
@@ -71,6 +96,12 @@ def main():
         kinds = sorted({d["kind"] for d in docs})
         print(f"{label}: {len(docs)} objects ({', '.join(kinds)})")
         failures += validate_objects(docs, label)
+        failures += check_wiring(docs, label)
+        if path is None:
+            names = sorted(d["metadata"]["name"] for d in docs if d["kind"] == "Deployment")
+            if names != ["t-tandem-default-decode", "t-tandem-default-prefill", "t-tandem-router"]:
+                failures.append(f"default values deploy {names}, want the router, one prefill "
+                                "and one decode Deployment")
 
     bad_dir = os.path.join(HERE, "bad-values")
     for name in sorted(os.listdir(bad_dir)):

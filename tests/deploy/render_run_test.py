@@ -48,7 +48,7 @@ import chart_render
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROMPT = "Once upon a time"
 MAX_TOKENS = 24
-API_KEY = "render-run-key"
+API_KEY = "render-run-key-0123456789"
 # The Secret the values name (router.apiKeys.existingSecret): made by the
 # test, as an operator would with kubectl create secret.
 SECRETS = {"tandem-api-keys": {"api-keys": f"render-run={API_KEY}"}}

@@ -139,9 +139,10 @@ prometheus.io/path: /metrics
 {{- end }}
 {{- end -}}
 
-{{/* The role settings of one pool: workerDefaults, then the pool's role values. Arg: dict root pool role. Returns YAML. */}}
+{{/* The role settings of one pool: workerDefaults, then the pool's role values;
+replicas default to 1 for prefill and decode, 0 for colocated. Arg: dict root pool role. Returns YAML. */}}
 {{- define "tandem.roleValues" -}}
-{{- $r := mergeOverwrite (deepCopy .root.Values.workerDefaults) (deepCopy (default dict (get .pool .role))) -}}
+{{- $r := mergeOverwrite (dict "replicas" (ternary 0 1 (eq .role "colocated"))) (deepCopy .root.Values.workerDefaults) (deepCopy (default dict (get .pool .role))) -}}
 {{- toYaml $r -}}
 {{- end -}}
 

@@ -25,11 +25,11 @@ import argparse
 import json
 import os
 import re
-import select
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -91,14 +91,10 @@ class Cluster:
         self.output = []
         self.router_http = None
         self.metrics = {}  # process name -> host:port of /metrics
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            r, _, _ = select.select([self.p.stdout], [], [], 0.5)
-            if not r:
-                continue
-            line = self.p.stdout.readline()
-            if not line:
-                break
+        # A silent cluster is stopped after 180 s (its stdout then closes).
+        timer = threading.Timer(180, self.stop)
+        timer.start()
+        for line in self.p.stdout:
             self.output.append(line)
             if m := re.match(r"\s+router\s+gRPC \S+\s+HTTP http://(\S+)", line):
                 self.router_http = m.group(1)
@@ -106,7 +102,9 @@ class Cluster:
             elif m := re.match(r"\s+(\S+)\s+gRPC \S+\s+metrics http://(\S+)/metrics", line):
                 self.metrics[m.group(1)] = m.group(2)
             if line.startswith("Ctrl-C stops the cluster"):
+                timer.cancel()
                 return
+        timer.cancel()
         self.stop()
         sys.exit("tandem up did not come up:\n" + "".join(self.output[-40:]))
 

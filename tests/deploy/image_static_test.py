@@ -72,27 +72,27 @@ def apt_packages(stage):
 
 
 def linked_packages(bin_dir):
-    """package -> libraries of the binaries it provides."""
-    pkgs = {}
+    """package -> libraries of the binaries it provides (one dpkg-query for all)."""
+    libs = {}
     for b in BINARIES:
         out = subprocess.run(["ldd", os.path.join(bin_dir, b)], capture_output=True, text=True,
                              check=True).stdout
-        for m in re.finditer(r"=> (/\S+)", out):
-            lib = os.path.realpath(m.group(1))
-            owner = dpkg_owner(lib) or dpkg_owner(m.group(1))
-            if owner is None:
-                raise SystemExit(f"{b}: {lib} belongs to no Debian package")
-            pkgs.setdefault(owner, set()).add(os.path.basename(m.group(1)))
+        for m in re.finditer(r"(\S+) => (/\S+)", out):
+            real = os.path.realpath(m.group(2))
+            # dpkg knows a library by its path in the package (usrmerge: /lib or /usr/lib).
+            for candidate in (real, real.replace("/usr/lib/", "/lib/", 1)):
+                libs[candidate] = m.group(1)
+    run = subprocess.run(["dpkg-query", "-S", *sorted(libs)], capture_output=True, text=True,
+                         check=False)
+    pkgs, owned = {}, set()
+    for line in run.stdout.splitlines():
+        owner, _, path = line.partition(": ")
+        for pkg in owner.split(", "):
+            pkgs.setdefault(pkg.split(":")[0], set()).add(libs[path])
+        owned.add(libs[path])
+    if missing := sorted(set(libs.values()) - owned):
+        raise SystemExit(f"libraries that belong to no Debian package: {', '.join(missing)}")
     return pkgs
-
-
-def dpkg_owner(path):
-    for candidate in (path, path.replace("/usr/lib/", "/lib/", 1)):
-        run = subprocess.run(["dpkg-query", "-S", candidate], capture_output=True, text=True,
-                             check=False)
-        if run.returncode == 0:
-            return run.stdout.split(":", 1)[0].strip()
-    return None
 
 
 def in_minbase(pkg):

@@ -608,6 +608,8 @@ bool DecodeEngine::AcceptToken(Seq& s, const engine::SampleResult& sample, Token
   if (s.first_token_time == absl::InfinitePast()) {
     s.first_token_time = now;
     metrics_->time_to_first_token->Observe(absl::ToDoubleSeconds(now - s.arrival));
+  } else {
+    metrics_->inter_token_latency->Observe(absl::ToDoubleSeconds(now - s.last_token_time));
   }
   s.last_token_time = now;
   if (std::find(s.stop_ids.begin(), s.stop_ids.end(), sample.token) != s.stop_ids.end()) {
@@ -798,10 +800,12 @@ void DecodeEngine::UpdateLoad() {
   metrics_->waiting_requests->Set(l.waiting);
   metrics_->reserved_requests->Set(l.reserved);
   metrics_->fenced_reservations->Set(l.fenced);
-  metrics_->kv_blocks_free->Set(l.free_blocks);
-  metrics_->kv_blocks_used->Set(l.used_blocks);
-  metrics_->kv_blocks_cached->Set(l.cached_blocks);
-  metrics_->kv_blocks_capacity->Set(l.total_blocks);
+  metrics_->SetLoad({.running = l.running,
+                     .waiting = l.waiting,
+                     .free_blocks = l.free_blocks,
+                     .used_blocks = l.used_blocks,
+                     .cached_blocks = l.cached_blocks,
+                     .total_blocks = l.total_blocks});
   if (on_load_) {
     on_load_(l);
   }

@@ -19,6 +19,7 @@ struct DecodeMetrics : serving::WorkerMetrics {
   base::Gauge* reserved_requests;
   base::Histogram* time_to_first_token;
   base::Histogram* time_per_output_token;
+  base::Histogram* inter_token_latency;
   base::Histogram* e2e_latency;
   base::Histogram* batch_size;
   base::Counter* generated_tokens;

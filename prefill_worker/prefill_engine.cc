@@ -544,10 +544,12 @@ void PrefillEngine::UpdateLoad() {
   metrics_->running_requests->Set(l.running);
   metrics_->waiting_requests->Set(l.waiting);
   metrics_->queued_prompt_tokens->Set(static_cast<double>(l.queued_prompt_tokens));
-  metrics_->kv_blocks_free->Set(l.free_blocks);
-  metrics_->kv_blocks_used->Set(l.used_blocks);
-  metrics_->kv_blocks_cached->Set(l.cached_blocks);
-  metrics_->kv_blocks_capacity->Set(l.total_blocks);
+  metrics_->SetLoad({.running = l.running,
+                     .waiting = l.waiting,
+                     .free_blocks = l.free_blocks,
+                     .used_blocks = l.used_blocks,
+                     .cached_blocks = l.cached_blocks,
+                     .total_blocks = l.total_blocks});
   if (on_load_) {
     on_load_(l);
   }

@@ -70,6 +70,14 @@ if ! python3 -c "import gguf, safetensors, numpy" 2>/dev/null; then
     python3 -m pip install --quiet --break-system-packages "${minilm_pkgs[@]}"
 fi
 scripts/fetch_models.sh --minilm
+# The Helm chart's offline tests (tests/deploy/): the Helm v4 Go SDK for
+# lint / template (Debian has no helm) and the Kubernetes OpenAPI schemas.
+if ! python3 -c "import helm_python, kubernetes_validate" 2>/dev/null; then
+  deploy_pkgs=("helm-python-sdk==0.2.2" "kubernetes-validate==1.37.0")
+  echo "setup: pip installing ${deploy_pkgs[*]} into $(command -v python3)"
+  python3 -m pip install --quiet "${deploy_pkgs[@]}" ||
+    python3 -m pip install --quiet --break-system-packages "${deploy_pkgs[@]}"
+fi
 
 [ "${1:-}" = "--deps" ] && exit 0
 

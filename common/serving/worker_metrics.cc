@@ -25,13 +25,37 @@ WorkerMetrics::WorkerMetrics(base::MetricsRegistry& r, absl::string_view prefix,
           "tandem_kv_transfer_seconds",
           "KV transfer time per request (decode: Commit to all bytes present; prefill: "
           "first write to last completion).",
-          base::LatencyBuckets(), {{"transport", transport}, {"direction", direction}})) {}
+          base::LatencyBuckets(), {{"transport", transport}, {"direction", direction}})),
+      vllm_num_requests_running(r.GetGauge(
+          "vllm:num_requests_running",
+          "Number of requests in model execution batches (vLLM-compatible; Tandem: the running "
+          "batch of a decode worker, the requests being prefilled on a prefill worker).")),
+      vllm_num_requests_waiting(
+          r.GetGauge("vllm:num_requests_waiting",
+                     "Number of requests waiting to be processed (vLLM-compatible).")),
+      vllm_kv_cache_usage_perc(
+          r.GetGauge("vllm:kv_cache_usage_perc",
+                     "KV-cache usage. 1 means 100 percent usage (vLLM-compatible: 1 - free / total "
+                     "blocks).")) {}
 
 void WorkerMetrics::RequestDone(absl::StatusCode code) {
   registry
       .GetCounter(absl::StrCat(prefix, "_requests_total"), "Finished requests by gRPC code.",
                   {{"code", absl::StatusCodeToString(code)}})
       ->Increment();
+}
+
+void WorkerMetrics::SetLoad(const WorkerLoadGauges& load) {
+  kv_blocks_free->Set(static_cast<double>(load.free_blocks));
+  kv_blocks_used->Set(static_cast<double>(load.used_blocks));
+  kv_blocks_cached->Set(static_cast<double>(load.cached_blocks));
+  kv_blocks_capacity->Set(static_cast<double>(load.total_blocks));
+  vllm_num_requests_running->Set(static_cast<double>(load.running));
+  vllm_num_requests_waiting->Set(static_cast<double>(load.waiting));
+  vllm_kv_cache_usage_perc->Set(load.total_blocks > 0
+                                    ? 1.0 - static_cast<double>(load.free_blocks) /
+                                                static_cast<double>(load.total_blocks)
+                                    : 0.0);
 }
 
 }  // namespace tandem::serving

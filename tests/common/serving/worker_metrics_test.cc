@@ -60,5 +60,38 @@ TEST(WorkerMetricsTest, TwoWorkersShareTheTransferFamilies) {
   EXPECT_THAT(text, HasSubstr("direction=\"sent\"} 2\n"));
 }
 
+TEST(WorkerMetricsTest, SetLoadExportsThePoolAndTheVllmGauges) {
+  // The names, types and units vLLM exports (vllm/v1/metrics/loggers.py), so
+  // scrapers written for vLLM (Gateway API Inference Extension, llm-d, KEDA)
+  // read a Tandem worker unchanged.
+  base::MetricsRegistry registry;
+  WorkerMetrics m(registry, "tandem_decode", "ucx", "received");
+  m.SetLoad({.running = 3,
+             .waiting = 7,
+             .free_blocks = 6,
+             .used_blocks = 1,
+             .cached_blocks = 1,
+             .total_blocks = 8});
+  const std::string text = registry.RenderText();
+  EXPECT_THAT(text, HasSubstr("tandem_decode_kv_blocks_free 6\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_decode_kv_blocks_used 1\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_decode_kv_blocks_cached 1\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_decode_kv_blocks_capacity 8\n"));
+  EXPECT_THAT(text,
+              HasSubstr("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3\n"));
+  EXPECT_THAT(text,
+              HasSubstr("# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 7\n"));
+  // 1 - free / total = 1 - 6/8.
+  EXPECT_THAT(text,
+              HasSubstr("# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.25\n"));
+}
+
+TEST(WorkerMetricsTest, KvCacheUsageOfAnEmptyPoolIsZero) {
+  base::MetricsRegistry registry;
+  WorkerMetrics m(registry, "tandem_prefill", "ucx", "sent");
+  m.SetLoad({});
+  EXPECT_THAT(registry.RenderText(), HasSubstr("vllm:kv_cache_usage_perc 0\n"));
+}
+
 }  // namespace
 }  // namespace tandem::serving

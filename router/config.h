@@ -76,6 +76,11 @@
 //     public_metrics: true          # /metrics needs no key
 //   expose_route_workers: false     # GenerateResponse.route names the workers'
 //                                   # ids (addresses by default); off: left empty
+//   placement: kv_aware             # kv_aware | least_load: which prefill (or
+//                                   # colocated) worker a request goes to;
+//                                   # kv_aware weighs the prompt prefix a
+//                                   # worker's prefix cache holds against its
+//                                   # queue (router/picker.h has the cost)
 
 #include <cstdint>
 #include <string>
@@ -96,6 +101,14 @@ enum class RoutingMode {
 };
 absl::string_view RoutingModeName(RoutingMode mode);
 absl::StatusOr<RoutingMode> ParseRoutingMode(absl::string_view name);
+
+enum class Placement {
+  kKvAware,    // cost over cached prefix, queued prefill and KV free space (router/picker.h)
+  kLeastLoad,  // the least-loaded worker, ignoring prefix caches
+};
+absl::string_view PlacementName(Placement placement);
+// InvalidArgument naming `placement` and the known values.
+absl::StatusOr<Placement> ParsePlacement(absl::string_view name);
 
 struct ServedModelConfig {
   std::string name;            // default: the model name, else the GGUF file's stem
@@ -166,6 +179,7 @@ struct RouterConfig {
   // Public clients see which workers served them (RouteInfo.prefill_worker /
   // decode_worker): worker ids default to role@address, an internal detail.
   bool expose_route_workers = false;
+  Placement placement = Placement::kKvAware;
 
   // InvalidArgument naming the field; FailedPrecondition for a non-loopback
   // worker address (static or dns) without internal_tls unless

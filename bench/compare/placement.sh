@@ -3,20 +3,29 @@
 # same arrivals (docs/benchmarks.md, section "KV-aware placement (Mooncake
 # conversation trace)"; issue 11, item 3).
 #
-#   bench/compare/placement.sh [--model NAME] [--workers N] [--max-requests N]
-#       [--seconds S] [--speedup X] [--repeats R] [--out DIR]
+#   bench/compare/placement.sh [--model NAME] [--workers N] [--window S]
+#       [--every M] [--speedup X] [--max-requests N] [--repeats R] [--out DIR]
 #
-# Replays a slice of the Mooncake conversation trace (its own arrival times
-# slowed down by --speedup, lengths scaled to the model as compare.sh does:
-# prompts at 1/32 with 16-token hash blocks, so conversations keep their
-# shared prefixes) against a `tandem up` cluster of N colocated workers
+# Replays a sample of the Mooncake conversation trace: the first --window
+# seconds of it (default 1200), every M-th conversation (--every, default
+# 40: the rows whose hash_ids[1], the first block after the system prompt
+# every row shares, is a multiple of M; a conversation's later turns share
+# that block, so each sampled conversation keeps all its turns). A
+# contiguous slice short enough to replay here holds almost no second turns
+# (the turns of a conversation are minutes apart: 3-7 % of the blocks of any
+# 60 consecutive requests repeat an earlier prefix, against 28 % in the
+# default sample). The sample is written to DIR/trace.jsonl and replayed at
+# its own arrival times sped up by --speedup (default 12), lengths scaled to
+# the model as compare.sh does (prompts at 1/32 with 16-token hash blocks,
+# at most 1024 tokens; outputs at 1/8, at most 64), against a `tandem up`
+# cluster of N colocated workers
 # (1 thread each, deploy/local/colocated.yaml's shape; KV for 8 sequences of
 # 1104 tokens each, 552 blocks of 16) whose router places by `placement:
 # kv_aware`, then `least_load`, alternating R times (so a change in the
 # machine's load falls on both alike). Every run gets a fresh cluster and the
 # same seed, so the same prompts at the same times; no run finds another's
-# blocks in a prefix cache. Each run is bounded by --max-requests and
-# --seconds of sending (+ 30 s grace for requests in flight).
+# blocks in a prefix cache. Each run is bounded by --max-requests and the
+# window (+ 30 s grace for requests in flight).
 #
 # Prints one table (also DIR/table.md): per placement and run, the
 # prefix-cache hit rate (cached prompt tokens / prompt tokens, from the
@@ -33,19 +42,20 @@ ROOT=$PWD
 
 MODEL=smollm2-135m-instruct
 WORKERS=2
-MAX_REQUESTS=40
-SECONDS_PER_RUN=60
-SPEEDUP=0.25
+WINDOW=1200
+EVERY=40
+SPEEDUP=12
+MAX_REQUESTS=200
 REPEATS=2
 OUT=${TMPDIR:-/tmp}/tandem-placement-$(date -u +%Y%m%dT%H%M%SZ)
 
 # shellcheck source=bench/compare/lib.sh
 . bench/compare/lib.sh
 
-parse_flags 2,29 --model=MODEL --workers=WORKERS --max-requests=MAX_REQUESTS \
-  --seconds=SECONDS_PER_RUN --speedup=SPEEDUP --repeats=REPEATS --out=OUT -- "$@"
-require_positive_ints "--workers:$WORKERS" "--max-requests:$MAX_REQUESTS" \
-  "--seconds:$SECONDS_PER_RUN" "--repeats:$REPEATS"
+parse_flags 2,40 --model=MODEL --workers=WORKERS --window=WINDOW --every=EVERY \
+  --speedup=SPEEDUP --max-requests=MAX_REQUESTS --repeats=REPEATS --out=OUT -- "$@"
+require_positive_ints "--workers:$WORKERS" "--window:$WINDOW" "--every:$EVERY" \
+  "--max-requests:$MAX_REQUESTS" "--repeats:$REPEATS"
 ((WORKERS >= 2)) || die "--workers must be at least 2 (placement needs a choice)"
 resolve_model
 
@@ -65,6 +75,20 @@ tandem_config() {
 }
 
 mkdir -p "$OUT"
+# The sample (see the header): rows of the window whose hash_ids[1] % EVERY == 0.
+python3 - "$MOONCAKE" "$WINDOW" "$EVERY" >"$OUT/trace.jsonl" <<'PY'
+import json, sys
+path, window_ms, every = sys.argv[1], float(sys.argv[2]) * 1000, int(sys.argv[3])
+for line in open(path):
+    row = json.loads(line)
+    if row["timestamp"] >= window_ms:
+        break
+    ids = row.get("hash_ids", [])
+    if len(ids) > 1 and ids[1] % every == 0:
+        sys.stdout.write(line)
+PY
+[ -s "$OUT/trace.jsonl" ] || die "the sample of $MOONCAKE is empty (--window $WINDOW --every $EVERY)"
+echo "placement: $(wc -l <"$OUT/trace.jsonl") requests in the sample" >&2
 trap stop_server EXIT
 trap 'exit 130' INT TERM
 echo "placement: $MODEL ($GGUF), $WORKERS colocated workers, results in $OUT" >&2
@@ -80,11 +104,10 @@ for run in $(seq 1 "$REPEATS"); do
     uptime >"$dir/uptime.before"
     echo "placement: $PLACEMENT run $run ($(uptime | sed 's/.*load/load/'))" >&2
     build/bin/tandem-replay --target "$HTTP_TARGET" --protocol http --tokenizer "$GGUF" \
-      --prompts "$PROMPTS" --trace "$MOONCAKE" --input-scale 0.03125 --hash-block-tokens 16 \
-      --max-input-tokens 1024 --output-scale 0.125 --max-output-tokens 64 \
-      --max-requests "$MAX_REQUESTS" --speedup "$SPEEDUP" \
-      --duration "$(python3 -c "print($SECONDS_PER_RUN * $SPEEDUP)")" \
-      --grace 30 --progress lines --plot=false --output "$dir" \
+      --prompts "$PROMPTS" --trace "$OUT/trace.jsonl" --input-scale 0.03125 \
+      --hash-block-tokens 16 --max-input-tokens 1024 --output-scale 0.125 \
+      --max-output-tokens 64 --max-requests "$MAX_REQUESTS" --speedup "$SPEEDUP" \
+      --duration "$WINDOW" --grace 30 --progress lines --plot=false --output "$dir" \
       >"$dir/stdout.txt" 2>"$dir/stderr.txt" ||
       die "tandem-replay failed ($dir/stderr.txt): $(tail -n 3 "$dir/stderr.txt")"
     uptime >"$dir/uptime.after"

@@ -5,10 +5,12 @@
 
 #include "router/prefix_index.h"
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/engine/kv_cache.h"
@@ -130,6 +132,39 @@ TEST(PrefixIndexTest, EstimateEqualsWhatTheWorkerAttaches) {
   }
   EXPECT_GT(attached_total, 0) << "the workload never reused a prefix";
   EXPECT_GT(kv.stats().evictions, 0) << "the workload never evicted";
+}
+
+// The control thread writes while request threads read (run under TSan by
+// scripts/check_tsan.sh): every answer is one the writer made possible.
+TEST(PrefixIndexTest, ConcurrentReadersAndAWriter) {
+  const PrefixIndex::Naming naming{3, 16};
+  const std::vector<int32_t> prompt = Tokens(129);
+  const std::vector<uint64_t> names = PromptBlockHashes(prompt, naming, 8);
+  PrefixIndex index;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> readers;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 3; ++t) {
+    readers.emplace_back([&] {
+      while (!stop.load()) {
+        for (const auto& [address, tokens] : index.CachedPrefixTokens(prompt)) {
+          if (tokens % 16 != 0 || tokens > 128 || (address != "a" && address != "b")) {
+            bad.fetch_add(1);
+          }
+        }
+        index.total_blocks();
+      }
+    });
+  }
+  for (int i = 0; i < 2000; ++i) {
+    const std::string address = i % 2 ? "a" : "b";
+    index.Reset(address, naming, absl::MakeConstSpan(names).subspan(0, i % 9));
+    index.Apply(address, {names[i % 8]}, {names[(i + 3) % 8]});
+    if (i % 7 == 0) index.Drop(address);
+  }
+  stop.store(true);
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(bad.load(), 0);
 }
 
 }  // namespace

@@ -225,7 +225,7 @@ struct Options {
   int32_t prefill_max_queued = 1024;
   absl::Duration prefill_shutdown_bound = absl::Seconds(3);
   // Set before the prefill engine starts (PrefillEngine::set_block_listener).
-  std::function<void(const engine::KvBlockEvents&)> prefill_blocks;
+  std::function<void(const engine::KvBlockEvents&)> prefill_block_listener;
 };
 
 class Cluster {
@@ -259,8 +259,8 @@ class Cluster {
     prefill_ = std::make_unique<prefill_worker::PrefillEngine>(
         std::move(p_engine), prefill_transport_.get(), &committer_, popts, &prefill_metrics_,
         clock_);
-    if (o.prefill_blocks) {
-      prefill_->set_block_listener(o.prefill_blocks);
+    if (o.prefill_block_listener) {
+      prefill_->set_block_listener(o.prefill_block_listener);
     }
     decode_->Start(nullptr);
     prefill_->Start(nullptr);
@@ -837,7 +837,7 @@ TEST(WorkerLoopbackTest, PrefillBlockListenerReportsThePromptsBlockNames) {
   std::set<engine::BlockHash> names;  // applied as the router's index applies them
   bool resynced = false;
   Options o;
-  o.prefill_blocks = [&](const engine::KvBlockEvents& ev) {
+  o.prefill_block_listener = [&](const engine::KvBlockEvents& ev) {
     absl::MutexLock lock(&mu);
     if (ev.resync) {
       names.clear();

@@ -118,6 +118,7 @@ WorkerDescription Colocated() {
                            .role = WorkerRole::kColocated,
                            .model = "m",
                            .kv_block_size = 4,
+                           .load = {},
                            .kv_model_id = 9};
 }
 

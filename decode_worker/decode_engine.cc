@@ -97,6 +97,12 @@ DecodeEngine::DecodeEngine(std::unique_ptr<engine::Engine> engine, kvtransfer::K
 
 DecodeEngine::~DecodeEngine() { Stop(); }
 
+void DecodeEngine::set_block_listener(
+    std::function<void(const engine::KvBlockEvents&)> on_blocks) {
+  on_blocks_ = std::move(on_blocks);
+  engine_->kv_cache().EnableBlockEvents();
+}
+
 void DecodeEngine::Start(std::function<void(const LoadInfo&)> on_load) {
   on_load_ = std::move(on_load);
   UpdateLoad();
@@ -762,6 +768,12 @@ void DecodeEngine::DoCancel(engine::SequenceId key, const absl::Status& why) {
 }
 
 void DecodeEngine::UpdateLoad() {
+  if (on_blocks_) {
+    const engine::KvBlockEvents blocks = engine_->kv_cache().DrainBlockEvents();
+    if (!blocks.empty()) {
+      on_blocks_(blocks);
+    }
+  }
   LoadInfo l;
   for (const auto& [key, s] : seqs_) {
     switch (s->state) {

@@ -188,6 +188,10 @@ class DecodeEngine {
   // Starts the engine thread. `on_load` (engine thread) is told the load
   // whenever it changes.
   void Start(std::function<void(const LoadInfo&)> on_load);
+  // Before Start(): turns on the KV cache's block events and hands each
+  // step's net change of the prefix cache's block names to `on_blocks`
+  // (engine thread; must not block), for the router's prefix index.
+  void set_block_listener(std::function<void(const engine::KvBlockEvents&)> on_blocks);
   // Fails every live request with `reason` (its sink's OnError, pending
   // commits too), frees their KV and joins the thread. Idempotent; later
   // submissions fail with UNAVAILABLE at once.
@@ -286,6 +290,7 @@ class DecodeEngine {
   std::atomic<int32_t> num_live_{0};
   std::string worker_id_;  // options_.worker_id until set_worker_id()
   std::function<void(const LoadInfo&)> on_load_;
+  std::function<void(const engine::KvBlockEvents&)> on_blocks_;
 
   // Engine thread only.
   bool stopping_ = false;

@@ -76,6 +76,12 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(const serving
 
   serving::WorkerControlService* control = &w->server_->control();
   w->server_->health().AddLoop(&w->engine_->heartbeat());
+  if (config.role == serving::WorkerRole::kColocated) {
+    // Its prefix cache serves whole prompts: the router places by it. (A
+    // decode worker's imported blocks are no prefill a router could skip.)
+    w->engine_->set_block_listener(
+        [control](const engine::KvBlockEvents& blocks) { control->PublishBlocks(blocks); });
+  }
   w->engine_->Start([control](const LoadInfo& l) { control->PublishLoad(LoadToProto(l)); });
   LOG(INFO) << "tandem-decode " << server.worker_id() << " role=" << serving::WorkerRoleName(config.role)
             << " serving on " << server.address() << " (port " << server.grpc_port()

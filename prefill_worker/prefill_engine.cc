@@ -78,6 +78,12 @@ void PrefillEngine::Start(std::function<void(const PrefillLoad&)> on_load) {
   thread_ = std::thread([this] { Loop(); });
 }
 
+void PrefillEngine::set_block_listener(
+    std::function<void(const engine::KvBlockEvents&)> on_blocks) {
+  on_blocks_ = std::move(on_blocks);
+  engine_->kv_cache().EnableBlockEvents();
+}
+
 void PrefillEngine::Stop(absl::Status reason) {
   if (!stopped_.exchange(true)) {
     queue_.Post([this, reason] {
@@ -517,6 +523,12 @@ void PrefillEngine::Complete(Seq& s, absl::StatusOr<PrefillResult> result) {
 }
 
 void PrefillEngine::UpdateLoad() {
+  if (on_blocks_) {
+    const engine::KvBlockEvents blocks = engine_->kv_cache().DrainBlockEvents();
+    if (!blocks.empty()) {
+      on_blocks_(blocks);
+    }
+  }
   PrefillLoad l;
   for (const auto& [key, s] : seqs_) {
     const int64_t left = static_cast<int64_t>(s->job.prompt.size()) - s->computed;

@@ -130,6 +130,10 @@ class PrefillEngine {
   // bound). Before Start().
   void set_worker_id(std::string id) { worker_id_ = std::move(id); }
   void Start(std::function<void(const PrefillLoad&)> on_load);
+  // Before Start(): turns on the KV cache's block events and hands each
+  // step's net change of the prefix cache's block names to `on_blocks`
+  // (engine thread; must not block), for the router's prefix index.
+  void set_block_listener(std::function<void(const engine::KvBlockEvents&)> on_blocks);
   // Fails queued and running jobs with `reason` (running ones once their
   // writes are cancelled and done), then joins the thread. Idempotent.
   void Stop(absl::Status reason = absl::UnavailableError("prefill worker shutting down"));
@@ -202,6 +206,7 @@ class PrefillEngine {
   std::atomic<int32_t> num_live_{0};
   std::string worker_id_;  // options_.worker_id until set_worker_id()
   std::function<void(const PrefillLoad&)> on_load_;
+  std::function<void(const engine::KvBlockEvents&)> on_blocks_;
 
   // Engine thread only.
   bool stopping_ = false;

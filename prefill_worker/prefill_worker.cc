@@ -78,6 +78,8 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(const servi
 
   serving::WorkerControlService* control = &w->server_->control();
   w->server_->health().AddLoop(&w->engine_->heartbeat());
+  w->engine_->set_block_listener(
+      [control](const engine::KvBlockEvents& blocks) { control->PublishBlocks(blocks); });
   w->engine_->Start([control](const PrefillLoad& l) { control->PublishLoad(LoadToProto(l)); });
   LOG(INFO) << "tandem-prefill " << server.worker_id() << " serving on " << server.address()
             << " (port " << server.grpc_port() << "), metrics port " << server.metrics_port()

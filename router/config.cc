@@ -55,6 +55,38 @@ absl::StatusOr<RoutingMode> ParseRoutingMode(absl::string_view name) {
 
 absl::Status ValidateSemanticCache(const RouterConfig& c);  // below, with its parser
 
+absl::string_view PlacementName(Placement placement) {
+  switch (placement) {
+    case Placement::kKvAware:
+      return "kv_aware";
+    case Placement::kLeastLoad:
+      return "least_load";
+  }
+  return "kv_aware";
+}
+
+absl::StatusOr<Placement> ParsePlacement(absl::string_view name) {
+  for (Placement p : {Placement::kKvAware, Placement::kLeastLoad}) {
+    if (name == PlacementName(p)) {
+      return p;
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("placement: unknown placement '", name, "' (known: kv_aware, least_load)"));
+}
+
+namespace {
+
+// The `placement` key (kv_aware when absent).
+absl::Status ReadPlacement(const YAML::Node& root, RouterConfig& c) {
+  std::string placement(PlacementName(c.placement));
+  RETURN_IF_ERROR(ReadString(root, "placement", "", &placement));
+  ASSIGN_OR_RETURN(c.placement, ParsePlacement(placement));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status RouterConfig::Validate() const {
   if (grpc_address.empty() && http_address.empty()) {
     return absl::InvalidArgumentError("grpc_address and http_address are both empty");
@@ -394,7 +426,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
                              "http_threads", "http_backlog", "models", "workers", "internal_tls",
                              "allow_insecure_internal", "limits", "auth",
                              "expose_route_workers", "embedding",
-                             "semantic_cache", "routing"}));
+                             "semantic_cache", "routing", "placement"}));
   RETURN_IF_ERROR(ReadString(root, "grpc_address", "", &c.grpc_address));
   RETURN_IF_ERROR(ReadString(root, "http_address", "", &c.http_address));
   std::string mode(RoutingModeName(c.mode));
@@ -406,6 +438,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
   RETURN_IF_ERROR(
       internal::ReadBool(root, "allow_insecure_internal", "", &c.allow_insecure_internal));
   RETURN_IF_ERROR(ReadInt32(root, "http_backlog", "", &c.http_backlog));
+  RETURN_IF_ERROR(ReadPlacement(root, c));
 
   if (root && root.IsMap() && root["models"]) {
     YAML::Node models = root["models"];

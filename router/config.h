@@ -105,6 +105,11 @@
 //                                   # the first pool's is 0, then strictly ascending
 //         exemplars: ["What is the capital of France?"]   # labelled prompts like this pool's
 //         exemplars_file: ""        # more, one per line ('#' comments); relative to this file
+//   placement: kv_aware             # kv_aware | least_load: which prefill (or
+//                                   # colocated) worker a request goes to;
+//                                   # kv_aware weighs the prompt prefix a
+//                                   # worker's prefix cache holds against its
+//                                   # queue (router/picker.h has the cost)
 
 #include <cstdint>
 #include <map>
@@ -126,6 +131,14 @@ enum class RoutingMode {
 };
 absl::string_view RoutingModeName(RoutingMode mode);
 absl::StatusOr<RoutingMode> ParseRoutingMode(absl::string_view name);
+
+enum class Placement {
+  kKvAware,    // cost over cached prefix, queued prefill and KV free space (router/picker.h)
+  kLeastLoad,  // the least-loaded worker, ignoring prefix caches
+};
+absl::string_view PlacementName(Placement placement);
+// InvalidArgument naming `placement` and the known values.
+absl::StatusOr<Placement> ParsePlacement(absl::string_view name);
 
 struct ServedModelConfig {
   std::string name;            // default: the model name, else the GGUF file's stem
@@ -241,6 +254,7 @@ struct RouterConfig {
   EmbeddingConfig embedding;
   SemanticCacheConfig semantic_cache;
   RoutingConfig routing;
+  Placement placement = Placement::kKvAware;
 
   // InvalidArgument naming the field; FailedPrecondition for a non-loopback
   // worker address (static or dns) without internal_tls unless

@@ -36,6 +36,7 @@ ABSL_FLAG(std::vector<std::string>, workers, {}, "static worker addresses host:p
 ABSL_FLAG(std::vector<std::string>, worker_dns, {},
           "worker DNS names name:port, re-resolved periodically (adds)");
 ABSL_FLAG(std::string, mode, "", "auto | disaggregated | colocated (default auto)");
+ABSL_FLAG(std::string, placement, "", "kv_aware | least_load (default kv_aware; router/picker.h)");
 ABSL_FLAG(int32_t, max_inflight, 0, "admitted requests at once (default 256)");
 ABSL_FLAG(std::string, api_keys_file, "",
           "API key file (router/auth.h); overrides the config's auth.keys_file");
@@ -95,6 +96,13 @@ absl::StatusOr<RouterConfig> BuildConfig() {
       return mode.status();
     }
     config.mode = *mode;
+  }
+  if (const std::string v = absl::GetFlag(FLAGS_placement); !v.empty()) {
+    absl::StatusOr<tandem::router::Placement> placement = tandem::router::ParsePlacement(v);
+    if (!placement.ok()) {
+      return placement.status();
+    }
+    config.placement = *placement;
   }
   if (const std::string v = absl::GetFlag(FLAGS_api_keys_file); !v.empty()) {
     config.auth.keys_file = v;

@@ -1,5 +1,6 @@
 #include "router/picker.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -50,31 +51,75 @@ auto PrefillCost(const WorkerInfo& w, const PickRequest& r) {
                          int64_t{w.desc.load.waiting_requests} + local.requests);
 }
 
-const WorkerInfo* BestDecode(const RegistrySnapshot& snap, WorkerRole role, const PickRequest& r,
-                             absl::Time now) {
+int32_t CachedFor(const PickRequest& r, const std::string& address) {
+  if (r.placement != Placement::kKvAware || r.cached_prefix_tokens == nullptr) {
+    return 0;
+  }
+  auto it = r.cached_prefix_tokens->find(address);
+  return it == r.cached_prefix_tokens->end() ? 0 : it->second;
+}
+
+// The KV-aware cost (picker.h), in tokens of prefill work.
+int64_t KvAwareCost(const WorkerInfo& w, const PickRequest& r) {
+  const LocalLoad local = LocalFor(r, w.address);
+  const int32_t cached = std::min(CachedFor(r, w.address), r.prompt_tokens);
+  int64_t cost =
+      int64_t{r.prompt_tokens} - cached + w.desc.load.queued_prefill_tokens + local.prompt_tokens;
+  const int32_t bs = w.desc.kv_block_size;
+  if (w.desc.role == WorkerRole::kColocated && bs > 0) {
+    const int64_t need = BlocksNeeded(r.prompt_tokens, r.max_tokens, bs) - cached / bs;
+    const int64_t free_blocks = int64_t{w.desc.load.free_kv_blocks} - local.kv_blocks;
+    cost += int64_t{bs} * std::max<int64_t>(0, need - free_blocks);
+  }
+  return cost;
+}
+
+// The best eligible worker of `role`: KV-aware cost first when placement is
+// kv_aware and some eligible worker holds a prefix, then `better` (least
+// load), then the address (workers are sorted by it: ties keep the first).
+template <typename Better>
+const WorkerInfo* Best(const RegistrySnapshot& snap, WorkerRole role, const PickRequest& r,
+                       absl::Time now, Better better, int32_t* cached) {
+  bool kv_aware = false;
+  if (role != WorkerRole::kDecode) {
+    for (const WorkerInfo& w : snap.workers) {
+      kv_aware = kv_aware || (CachedFor(r, w.address) > 0 && Eligible(snap, w, role, r, now));
+    }
+  }
   const WorkerInfo* best = nullptr;
-  for (const WorkerInfo& w : snap.workers) {  // sorted by address: ties keep the first
+  int64_t best_cost = 0;
+  for (const WorkerInfo& w : snap.workers) {
     if (!Eligible(snap, w, role, r, now)) {
       continue;
     }
-    if (best == nullptr || DecodeScore(w, r) > DecodeScore(*best, r)) {
+    const int64_t cost = kv_aware ? KvAwareCost(w, r) : 0;
+    if (best == nullptr || cost < best_cost || (cost == best_cost && better(w, *best))) {
       best = &w;
+      best_cost = cost;
     }
   }
+  *cached = best != nullptr && kv_aware ? CachedFor(r, best->address) : 0;
   return best;
 }
 
-const WorkerInfo* BestPrefill(const RegistrySnapshot& snap, const PickRequest& r, absl::Time now) {
-  const WorkerInfo* best = nullptr;
-  for (const WorkerInfo& w : snap.workers) {
-    if (!Eligible(snap, w, WorkerRole::kPrefill, r, now)) {
-      continue;
-    }
-    if (best == nullptr || PrefillCost(w, r) < PrefillCost(*best, r)) {
-      best = &w;
-    }
-  }
-  return best;
+const WorkerInfo* BestDecode(const RegistrySnapshot& snap, WorkerRole role, const PickRequest& r,
+                             absl::Time now, int32_t* cached) {
+  return Best(
+      snap, role, r, now,
+      [&r](const WorkerInfo& a, const WorkerInfo& b) {
+        return DecodeScore(a, r) > DecodeScore(b, r);
+      },
+      cached);
+}
+
+const WorkerInfo* BestPrefill(const RegistrySnapshot& snap, const PickRequest& r, absl::Time now,
+                              int32_t* cached) {
+  return Best(
+      snap, WorkerRole::kPrefill, r, now,
+      [&r](const WorkerInfo& a, const WorkerInfo& b) {
+        return PrefillCost(a, r) < PrefillCost(b, r);
+      },
+      cached);
 }
 
 }  // namespace
@@ -91,11 +136,13 @@ absl::StatusOr<RouteDecision> PickRoute(const RegistrySnapshot& snapshot,
                                         const PickRequest& request, absl::Time now) {
   RouteDecision d;
   if (request.mode != RoutingMode::kColocated) {
-    const WorkerInfo* p = BestPrefill(snapshot, request, now);
-    const WorkerInfo* dw = BestDecode(snapshot, WorkerRole::kDecode, request, now);
+    int32_t cached = 0, unused = 0;
+    const WorkerInfo* p = BestPrefill(snapshot, request, now, &cached);
+    const WorkerInfo* dw = BestDecode(snapshot, WorkerRole::kDecode, request, now, &unused);
     if (p != nullptr && dw != nullptr) {
       d.prefill = p;
       d.decode = dw;
+      d.expected_cached_tokens = cached;
       return d;
     }
     if (request.mode == RoutingMode::kDisaggregated) {
@@ -107,10 +154,12 @@ absl::StatusOr<RouteDecision> PickRoute(const RegistrySnapshot& snapshot,
           snapshot.CountLive(WorkerRole::kDecode, now), " decode)"));
     }
   }
-  const WorkerInfo* c = BestDecode(snapshot, WorkerRole::kColocated, request, now);
+  int32_t cached = 0;
+  const WorkerInfo* c = BestDecode(snapshot, WorkerRole::kColocated, request, now, &cached);
   if (c != nullptr) {
     d.colocated = true;
     d.decode = c;
+    d.expected_cached_tokens = cached;
     return d;
   }
   return absl::UnavailableError(absl::StrCat(

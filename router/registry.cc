@@ -43,6 +43,7 @@ std::vector<std::string> WorkerRegistry::SetTargets(const std::vector<std::strin
   std::set<std::string> wanted(addresses.begin(), addresses.end());
   for (auto it = workers_.begin(); it != workers_.end();) {
     if (wanted.count(it->first) == 0) {
+      prefixes_->Drop(it->first);
       it = workers_.erase(it);
     } else {
       ++it;
@@ -67,7 +68,8 @@ void WorkerRegistry::SetChannel(absl::string_view address, std::shared_ptr<grpc:
   }
 }
 
-void WorkerRegistry::OnSnapshot(absl::string_view address, const WorkerDescription& desc) {
+void WorkerRegistry::OnSnapshot(absl::string_view address, const WorkerDescription& desc,
+                                absl::Span<const uint64_t> cached_blocks) {
   auto it = workers_.find(std::string(address));
   if (it == workers_.end()) {
     return;
@@ -76,6 +78,23 @@ void WorkerRegistry::OnSnapshot(absl::string_view address, const WorkerDescripti
   it->second.connected = true;
   it->second.last_heard = clock_.Now();
   it->second.last_error = absl::OkStatus();
+  prefixes_->Reset(it->first, PrefixIndex::Naming{desc.kv_model_id, desc.kv_block_size},
+                   cached_blocks);
+}
+
+void WorkerRegistry::OnBlocks(absl::string_view address, bool resync,
+                              absl::Span<const uint64_t> added,
+                              absl::Span<const uint64_t> removed) {
+  auto it = workers_.find(std::string(address));
+  if (it == workers_.end() || !it->second.connected) {
+    return;
+  }
+  it->second.last_heard = clock_.Now();
+  if (resync) {
+    prefixes_->Resync(it->first, added);
+  } else {
+    prefixes_->Apply(it->first, added, removed);
+  }
 }
 
 void WorkerRegistry::OnLoad(absl::string_view address, const WorkerLoadInfo& load) {
@@ -102,6 +121,7 @@ void WorkerRegistry::OnStreamEnded(absl::string_view address, const absl::Status
   }
   it->second.connected = false;
   it->second.last_error = status;
+  prefixes_->Drop(it->first);
 }
 
 std::vector<std::string> WorkerRegistry::TakeDeparted() {
@@ -116,6 +136,7 @@ std::vector<std::string> WorkerRegistry::TakeDeparted() {
     auto prev = was_live_.find(address);
     if (prev != was_live_.end() && prev->second && !live) {
       departed.push_back(address);
+      prefixes_->Drop(address);
     }
   }
   // Removed targets that were live have left as well.
@@ -131,6 +152,7 @@ std::vector<std::string> WorkerRegistry::TakeDeparted() {
 std::shared_ptr<const RegistrySnapshot> WorkerRegistry::Snapshot() const {
   auto snap = std::make_shared<RegistrySnapshot>();
   snap->heartbeat_timeout = heartbeat_timeout_;
+  snap->prefixes = prefixes_;
   snap->workers.reserve(workers_.size());
   for (const auto& [address, w] : workers_) {
     snap->workers.push_back(w);

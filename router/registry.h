@@ -14,7 +14,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/base/clock.h"
+#include "router/prefix_index.h"
 
 namespace grpc {
 class Channel;
@@ -42,6 +44,7 @@ struct WorkerDescription {
   int32_t context_length = 0;
   int32_t kv_block_size = 0;    // tokens per KV block (0 = unknown)
   WorkerLoadInfo load;
+  uint64_t kv_model_id = 0;     // KvLayout.model_id: seeds the worker's block names
 };
 
 struct WorkerInfo {
@@ -62,6 +65,11 @@ struct RegistrySnapshot {
   bool IsLive(const WorkerInfo& w, absl::Time now) const;
   const WorkerInfo* Find(absl::string_view address) const;
   int CountLive(WorkerRole role, absl::Time now) const;
+
+  // The workers' prefix caches (null when unknown, e.g. a hand-built
+  // snapshot). Shared by the registry, which keeps writing it, and every
+  // snapshot: unlike the rest of a snapshot it is live, not frozen.
+  std::shared_ptr<const PrefixIndex> prefixes;
 };
 
 class WorkerRegistry {
@@ -77,26 +85,36 @@ class WorkerRegistry {
 
   // Stream events, all stamped with clock.Now(). Events for unknown
   // addresses are ignored.
-  void OnSnapshot(absl::string_view address, const WorkerDescription& desc);
+  // `cached_blocks`: the snapshot's block names (the worker's whole set).
+  void OnSnapshot(absl::string_view address, const WorkerDescription& desc,
+                  absl::Span<const uint64_t> cached_blocks = {});
   void OnLoad(absl::string_view address, const WorkerLoadInfo& load);
   void OnHeartbeat(absl::string_view address);
+  // A KvBlockEvent: a change of the worker's block names, or with `resync`
+  // the whole set (`added`). Ignored before the stream's snapshot.
+  void OnBlocks(absl::string_view address, bool resync, absl::Span<const uint64_t> added,
+                absl::Span<const uint64_t> removed);
   // The stream ended (or was cancelled): the worker leaves rotation until a
-  // new stream delivers a snapshot.
+  // new stream delivers a snapshot; its prefix-index entry is dropped.
   void OnStreamEnded(absl::string_view address, const absl::Status& status);
 
   // Workers that were live and are not any more at clock.Now() (silent past
   // the heartbeat timeout, or their stream ended) since the previous call;
-  // each such transition is reported once.
+  // each such transition is reported once, and their prefix-index entries
+  // are dropped.
   std::vector<std::string> TakeDeparted();
 
   std::shared_ptr<const RegistrySnapshot> Snapshot() const;
   absl::Duration heartbeat_timeout() const { return heartbeat_timeout_; }
+  const PrefixIndex& prefixes() const { return *prefixes_; }
 
  private:
   base::Clock& clock_;
   const absl::Duration heartbeat_timeout_;
   std::map<std::string, WorkerInfo> workers_;
   std::map<std::string, bool> was_live_;   // liveness reported at the last TakeDeparted
+  // Shared with every snapshot (RegistrySnapshot::prefixes), which read it.
+  std::shared_ptr<PrefixIndex> prefixes_ = std::make_shared<PrefixIndex>();
 };
 
 }  // namespace tandem::router

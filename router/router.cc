@@ -137,6 +137,17 @@ absl::Status CheckPromptBytes(const GenerationRequest& request, const ModelCatal
       "context_length_exceeded");
 }
 
+// Prompt tokens each worker's prefix cache holds, by the snapshot's index
+// (empty under placement least_load: nothing to look up).
+std::map<std::string, int32_t> CachedPrefixes(const RouterConfig& config,
+                                              const RegistrySnapshot& snapshot,
+                                              const PreparedRequest& req) {
+  if (config.placement != Placement::kKvAware || snapshot.prefixes == nullptr) {
+    return {};
+  }
+  return snapshot.prefixes->CachedPrefixTokens(req.prompt_ids);
+}
+
 }  // namespace
 
 absl::StatusOr<PreparedRequest> Router::Prepare(const GenerationRequest& request,
@@ -210,6 +221,9 @@ absl::StatusOr<RouteDecision> Router::Pick(const PreparedRequest& req,
   pr.max_tokens = req.max_tokens;
   pr.exclude = exclude;
   pr.local = &local;
+  const std::map<std::string, int32_t> cached = CachedPrefixes(config_, snapshot, req);
+  pr.placement = config_.placement;
+  pr.cached_prefix_tokens = &cached;
   return PickRoute(snapshot, pr, clock_.Now());
 }
 
@@ -255,6 +269,9 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Router::Start(
   pr.prompt_tokens = static_cast<int32_t>(request.prompt_ids.size());
   pr.max_tokens = request.max_tokens;
   pr.local = &local;
+  const std::map<std::string, int32_t> cached = CachedPrefixes(config_, *snapshot, request);
+  pr.placement = config_.placement;
+  pr.cached_prefix_tokens = &cached;
   for (int32_t i = 0; i < request.n; ++i) {
     absl::StatusOr<RouteDecision> r = PickRoute(*snapshot, pr, now);
     if (!r.ok()) {
@@ -270,6 +287,9 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Router::Start(
     LocalLoad& d = local[r->decode->address];
     d.requests += 1;
     d.kv_blocks += blocks;
+    if (r->colocated) {
+      d.prompt_tokens += pr.prompt_tokens;  // it prefills too (KV-aware cost)
+    }
     if (r->prefill != nullptr) {
       LocalLoad& p = local[r->prefill->address];
       p.requests += 1;

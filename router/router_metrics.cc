@@ -16,6 +16,10 @@ RouterMetrics::RouterMetrics(base::MetricsRegistry& registry) : registry_(regist
   up_prefill_ = registry.GetGauge("tandem_router_workers_up", up_help, {{"role", "prefill"}});
   up_decode_ = registry.GetGauge("tandem_router_workers_up", up_help, {{"role", "decode"}});
   up_colocated_ = registry.GetGauge("tandem_router_workers_up", up_help, {{"role", "colocated"}});
+  prefix_index_blocks = registry.GetGauge(
+      "tandem_router_prefix_index_blocks",
+      "KV blocks the workers report holding in their prefix caches, summed over workers "
+      "(KV-aware placement's index).");
 }
 
 void RouterMetrics::CountRequest(const std::string& model, absl::StatusCode code) {
@@ -98,6 +102,8 @@ void RouterMetrics::SetWorkersUp(const RegistrySnapshot& snapshot, absl::Time no
   up_prefill_->Set(snapshot.CountLive(WorkerRole::kPrefill, now));
   up_decode_->Set(snapshot.CountLive(WorkerRole::kDecode, now));
   up_colocated_->Set(snapshot.CountLive(WorkerRole::kColocated, now));
+  prefix_index_blocks->Set(
+      snapshot.prefixes == nullptr ? 0 : static_cast<double>(snapshot.prefixes->total_blocks()));
 }
 
 }  // namespace tandem::router

@@ -34,12 +34,13 @@ class RouterMetrics {
   // tandem_semantic_cache_misses_total{model,tier}: tier "exact" or "semantic"
   // (a miss: the last tier consulted).
   void CountCache(const std::string& model, const std::string& tier, bool hit);
-  // tandem_router_workers_up{role}
+  // tandem_router_workers_up{role}; also tandem_router_prefix_index_blocks.
   void SetWorkersUp(const RegistrySnapshot& snapshot, absl::Time now);
 
   base::Gauge* inflight;                  // tandem_router_inflight_requests
   base::Counter* rejected;                // tandem_router_rejected_requests_total (admission)
   base::Counter* worker_failures;         // tandem_router_worker_failures_total
+  base::Gauge* prefix_index_blocks;       // tandem_router_prefix_index_blocks (all workers)
 
  private:
   base::Histogram* ModelHistogram(std::map<std::string, base::Histogram*>& cache, const std::string& name,

@@ -321,8 +321,9 @@ void WorkerWatcher::HandleEvent(const std::string& address, uint64_t generation,
       d.model = s.model().id();
       d.context_length = s.model().context_length();
       d.kv_block_size = s.layout().block_size();
+      d.kv_model_id = s.layout().model_id();
       d.load = FromProto(s.load());
-      registry_.OnSnapshot(address, d);
+      registry_.OnSnapshot(address, d, s.cached_block_hashes());
       it->second.backoff = options_.discovery.backoff_initial;
       LOG(INFO) << "router: worker " << address << " (" << d.worker_id << ", "
                 << WorkerRoleName(d.role) << ", model " << d.model << ") is up";
@@ -334,6 +335,11 @@ void WorkerWatcher::HandleEvent(const std::string& address, uint64_t generation,
     case tandem::v1::WorkerEvent::kHeartbeatUnixSeconds:
       registry_.OnHeartbeat(address);
       break;
+    case tandem::v1::WorkerEvent::kBlocks: {
+      const tandem::v1::KvBlockEvent& b = event.blocks();
+      registry_.OnBlocks(address, b.resync(), b.added(), b.removed());
+      break;
+    }
     default:
       registry_.OnHeartbeat(address);  // a newer worker's event kind: still alive
       break;

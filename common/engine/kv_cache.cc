@@ -138,6 +138,7 @@ BlockId KvCacheManager::AllocateBlock() {
     CHECK(b.hash.has_value()) << "LRU block " << id << " has no name";
     lru_.pop_front();
     b.in_lru = false;
+    NoteBlockEvent(*b.hash, false);
     cached_.erase(*b.hash);
     b.hash.reset();
     b.tokens.clear();
@@ -171,6 +172,7 @@ void KvCacheManager::DropCachedBlock(BlockId id) {
   CHECK(b.in_lru && b.ref_count == 0) << "dropping block " << id << " that is not evictable";
   lru_.erase(b.lru_it);
   b.in_lru = false;
+  NoteBlockEvent(*b.hash, false);
   cached_.erase(*b.hash);
   b.hash.reset();
   b.tokens.clear();
@@ -265,6 +267,7 @@ absl::Status KvCacheManager::Commit(SequenceId seq, absl::Span<const int32_t> to
       } else if (cached_.try_emplace(h, id).second) {
         b.hash = h;
         b.tokens.assign(block_tokens.begin(), block_tokens.end());
+        NoteBlockEvent(h, true);
       }
       // else: another block already holds this name; this one stays private.
       s.last_hash = h;
@@ -362,6 +365,57 @@ KvCacheStats KvCacheManager::stats() const {
   st.prefix_queries_tokens = prefix_queries_tokens_;
   st.evictions = evictions_;
   return st;
+}
+
+void KvCacheManager::NoteBlockEvent(BlockHash hash, bool added) {
+  if (!events_on_ || events_resync_) {
+    return;  // off, or the next drain sends the whole set anyway
+  }
+  if (static_cast<int32_t>(pending_events_.size()) >= events_max_pending_ &&
+      !pending_events_.contains(hash)) {
+    pending_events_.clear();
+    events_resync_ = true;
+    return;
+  }
+  pending_events_[hash] = added;
+}
+
+void KvCacheManager::EnableBlockEvents(int32_t max_pending) {
+  CHECK_GE(max_pending, 1) << "EnableBlockEvents: max_pending must be >= 1";
+  events_on_ = true;
+  events_resync_ = true;
+  events_max_pending_ = max_pending;
+  pending_events_.clear();
+}
+
+KvBlockEvents KvCacheManager::DrainBlockEvents() {
+  KvBlockEvents ev;
+  if (!events_on_) {
+    return ev;
+  }
+  if (events_resync_) {
+    ev.resync = true;
+    ev.added = CachedBlockHashes();
+    events_resync_ = false;
+    return ev;
+  }
+  for (const auto& [hash, added] : pending_events_) {
+    (added ? ev.added : ev.removed).push_back(hash);
+  }
+  pending_events_.clear();
+  std::sort(ev.added.begin(), ev.added.end());
+  std::sort(ev.removed.begin(), ev.removed.end());
+  return ev;
+}
+
+std::vector<BlockHash> KvCacheManager::CachedBlockHashes() const {
+  std::vector<BlockHash> out;
+  out.reserve(cached_.size());
+  for (const auto& [hash, id] : cached_) {
+    out.push_back(hash);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 int32_t KvCacheManager::ref_count(BlockId block) const {

@@ -66,6 +66,24 @@ struct KvCacheStats {
 BlockHash ChainBlockHash(BlockHash prev, absl::Span<const int32_t> tokens);
 BlockHash ModelSeedHash(uint64_t model_id);
 
+// Net changes to the set of block names (the prefix cache's named blocks, in
+// use or evictable) since the previous KvCacheManager::DrainBlockEvents, for
+// workers that publish them to routers (KV-aware placement). `added` and
+// `removed` are disjoint and sorted: a name that came and went (or went and
+// came back) between two drains appears once, as its last change. With
+// `resync`, `added` is the whole set and `removed` is empty: the consumer
+// replaces what it holds instead of applying a change.
+struct KvBlockEvents {
+  bool resync = false;
+  std::vector<BlockHash> added;
+  std::vector<BlockHash> removed;
+  bool empty() const { return !resync && added.empty() && removed.empty(); }
+};
+
+// Distinct names a worker buffers between two drains (one engine step) by
+// default; more turn the next drain into a resync.
+inline constexpr int32_t kDefaultMaxPendingBlockEvents = 4096;
+
 class KvCacheManager {
  public:
   // Precondition: config.Validate() is ok (CHECKed: the config is validated
@@ -133,6 +151,19 @@ class KvCacheManager {
   KvCacheStats stats() const;
   int32_t ref_count(BlockId block) const;  // 0 for an id outside the pool
 
+  // Block events (off by default: then naming and evicting a block cost one
+  // branch more and nothing is recorded). After this call every name entered
+  // into or dropped from the prefix cache is buffered, at most `max_pending`
+  // distinct names between two drains; past that the buffer is dropped and
+  // the next drain is a resync. The first drain after enabling is a resync
+  // (the set so far). Precondition: max_pending >= 1 (CHECKed).
+  void EnableBlockEvents(int32_t max_pending = kDefaultMaxPendingBlockEvents);
+  // The changes since the previous drain; empty when events are off or
+  // nothing changed.
+  KvBlockEvents DrainBlockEvents();
+  // Every current block name, sorted.
+  std::vector<BlockHash> CachedBlockHashes() const;
+
  private:
   struct Block {
     int32_t ref_count = 0;
@@ -159,6 +190,9 @@ class KvCacheManager {
   // hash to `*last_hash`.
   void MatchPrefix(absl::Span<const int32_t> tokens, int32_t max_blocks,
                    std::vector<BlockId>* out, BlockHash* last_hash) const;
+  // Records that `hash` was entered into (added) or dropped from the prefix
+  // cache, when block events are on.
+  void NoteBlockEvent(BlockHash hash, bool added);
 
   KvCacheConfig config_;
   std::vector<Block> blocks_;
@@ -170,6 +204,11 @@ class KvCacheManager {
   int64_t prefix_hits_tokens_ = 0;
   int64_t prefix_queries_tokens_ = 0;
   int64_t evictions_ = 0;
+  // Block events (EnableBlockEvents): last change per name since the drain.
+  bool events_on_ = false;
+  bool events_resync_ = false;
+  int32_t events_max_pending_ = 0;
+  absl::flat_hash_map<BlockHash, bool> pending_events_;  // name -> added (else removed)
 };
 
 }  // namespace tandem::engine

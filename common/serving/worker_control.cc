@@ -2,21 +2,59 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/serving/queued_write_reactor.h"
 
 namespace tandem::serving {
 
+using tandem::v1::KvBlockEvent;
 using tandem::v1::WorkerEvent;
+
+namespace {
+
+// Folds `next` into `last` (not yet written) as if both were applied in turn.
+void MergeBlockEvents(KvBlockEvent& last, const KvBlockEvent& next) {
+  if (next.resync()) {
+    last = next;
+    return;
+  }
+  absl::flat_hash_set<uint64_t> added(last.added().begin(), last.added().end());
+  absl::flat_hash_set<uint64_t> removed(last.removed().begin(), last.removed().end());
+  for (uint64_t h : next.removed()) {
+    added.erase(h);
+    if (!last.resync()) {
+      removed.insert(h);
+    }
+  }
+  for (uint64_t h : next.added()) {
+    removed.erase(h);
+    added.insert(h);
+  }
+  std::vector<uint64_t> a(added.begin(), added.end()), r(removed.begin(), removed.end());
+  std::sort(a.begin(), a.end());
+  std::sort(r.begin(), r.end());
+  last.mutable_added()->Assign(a.begin(), a.end());
+  last.mutable_removed()->Assign(r.begin(), r.end());
+}
+
+}  // namespace
 
 class WorkerControlService::Watcher final : public QueuedWriteReactor<WorkerEvent> {
  public:
   explicit Watcher(WorkerControlService* service)
       : QueuedWriteReactor<WorkerEvent>([](WorkerEvent& last, const WorkerEvent& next) {
-          // A newer load replaces one not yet written; heartbeats do not pile up.
+          // A newer load replaces one not yet written; block events merge;
+          // heartbeats do not pile up.
           if (last.has_load() && next.has_load()) {
             last = next;
+            return true;
+          }
+          if (last.has_blocks() && next.has_blocks()) {
+            MergeBlockEvents(*last.mutable_blocks(), next.blocks());
             return true;
           }
           return last.has_heartbeat_unix_seconds() && next.has_heartbeat_unix_seconds();
@@ -63,6 +101,39 @@ void WorkerControlService::PublishLoad(const tandem::v1::WorkerLoad& load) {
 tandem::v1::WorkerLoad WorkerControlService::load() const {
   absl::MutexLock lock(&mu_);
   return snapshot_.load();
+}
+
+void WorkerControlService::PublishBlocks(const engine::KvBlockEvents& events) {
+  WorkerEvent ev;
+  KvBlockEvent* b = ev.mutable_blocks();
+  b->set_resync(events.resync);
+  b->mutable_added()->Assign(events.added.begin(), events.added.end());
+  b->mutable_removed()->Assign(events.removed.begin(), events.removed.end());
+  absl::MutexLock lock(&mu_);
+  if (events.resync) {
+    blocks_.clear();
+  }
+  for (uint64_t h : events.removed) {
+    blocks_.erase(h);
+  }
+  blocks_.insert(events.added.begin(), events.added.end());
+  if (shut_down_) {
+    return;
+  }
+  for (Watcher* w : watchers_) {
+    w->Send(ev);
+  }
+}
+
+std::vector<uint64_t> WorkerControlService::cached_block_hashes() const {
+  absl::MutexLock lock(&mu_);
+  return SortedBlocksLocked();
+}
+
+std::vector<uint64_t> WorkerControlService::SortedBlocksLocked() const {
+  std::vector<uint64_t> out(blocks_.begin(), blocks_.end());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 void WorkerControlService::SetLiveness(const absl::Status& live) {
@@ -116,6 +187,8 @@ grpc::ServerWriteReactor<WorkerEvent>* WorkerControlService::Watch(
   watchers_.insert(w);
   WorkerEvent ev;
   *ev.mutable_snapshot() = snapshot_;
+  const std::vector<uint64_t> hashes = SortedBlocksLocked();
+  ev.mutable_snapshot()->mutable_cached_block_hashes()->Assign(hashes.begin(), hashes.end());
   w->Send(std::move(ev));
   return w;
 }

@@ -4,7 +4,11 @@
 // model, KV layout, current load), then carries a WorkerLoad whenever the
 // load changes (PublishLoad) and a heartbeat every `heartbeat_interval`.
 // Load updates a slow watcher has not received yet are coalesced (only the
-// newest is sent). While the worker is not live (SetLiveness: an engine loop
+// newest is sent). Workers with a prefix cache also publish block events
+// (PublishBlocks): the service keeps the whole set of block names, puts it in
+// each new stream's snapshot and sends every change after it, so a router
+// that joins late starts from the full set; block events a slow watcher has
+// not received yet are merged into one. While the worker is not live (SetLiveness: an engine loop
 // is wedged) every stream is ended and new ones are refused, both with
 // UNAVAILABLE and the reason, so routers take the worker out of rotation at
 // once rather than after a heartbeat timeout (heartbeats come from a thread
@@ -14,8 +18,10 @@
 // must outlive the grpc::Server it is registered with (shut the server down
 // first), since stream reactors call back into it until they are done.
 
+#include <cstdint>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
@@ -23,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/engine/kv_cache.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::serving {
@@ -40,6 +47,11 @@ class WorkerControlService final : public tandem::v1::Control::CallbackService {
   // differs from the previous one.
   void PublishLoad(const tandem::v1::WorkerLoad& load);
   tandem::v1::WorkerLoad load() const;
+  // Any thread. Applies a change of the prefix cache's block names (a resync
+  // replaces the set) and sends it to every watcher as a KvBlockEvent.
+  void PublishBlocks(const engine::KvBlockEvents& events);
+  // The block names new streams' snapshots carry now, sorted.
+  std::vector<uint64_t> cached_block_hashes() const;
   // Any thread. `live` not OK: ends every stream and refuses new ones with
   // UNAVAILABLE and its message; OK again: accepts streams again.
   void SetLiveness(const absl::Status& live);
@@ -57,12 +69,14 @@ class WorkerControlService final : public tandem::v1::Control::CallbackService {
   class Watcher;
   void Remove(Watcher* w);
   grpc::Status NotLive() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<uint64_t> SortedBlocksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HeartbeatLoop();
 
   const absl::Duration heartbeat_interval_;
   mutable absl::Mutex mu_;
   tandem::v1::WorkerSnapshot snapshot_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<Watcher*> watchers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> blocks_ ABSL_GUARDED_BY(mu_);  // PublishBlocks' set
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status live_ ABSL_GUARDED_BY(mu_);
   // Serializes Shutdown's notify-and-join: a second concurrent Shutdown must

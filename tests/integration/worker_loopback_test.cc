@@ -25,11 +25,15 @@
 //    blocks once the writes are done.
 //  - Fences over cancelled reservations; Reserves queued for blocks; a
 //    refused prefill; the prefill engine's shutdown bound.
+//  - The prefill engine's block listener (what the worker publishes for the
+//    router's prefix index) reports the names of the prompt's full blocks.
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <iterator>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -220,6 +224,8 @@ struct Options {
   absl::Duration fence_grace = absl::Seconds(1);
   int32_t prefill_max_queued = 1024;
   absl::Duration prefill_shutdown_bound = absl::Seconds(3);
+  // Set before the prefill engine starts (PrefillEngine::set_block_listener).
+  std::function<void(const engine::KvBlockEvents&)> prefill_block_listener;
 };
 
 class Cluster {
@@ -253,6 +259,9 @@ class Cluster {
     prefill_ = std::make_unique<prefill_worker::PrefillEngine>(
         std::move(p_engine), prefill_transport_.get(), &committer_, popts, &prefill_metrics_,
         clock_);
+    if (o.prefill_block_listener) {
+      prefill_->set_block_listener(o.prefill_block_listener);
+    }
     decode_->Start(nullptr);
     prefill_->Start(nullptr);
   }
@@ -821,6 +830,41 @@ TEST(WorkerLoopbackTest, PrefillStopWaitsForAStuckCommitOnlyUntilTheShutdownBoun
   EXPECT_EQ(c.prefill().num_live_requests(), 0);
   CancelOnDecode(c, "stuck");  // the sink goes before the cluster
   ASSERT_TRUE(run->sink->WaitDone());
+}
+
+TEST(WorkerLoopbackTest, PrefillBlockListenerReportsThePromptsBlockNames) {
+  absl::Mutex mu;
+  std::set<engine::BlockHash> names;  // applied as the router's index applies them
+  bool resynced = false;
+  Options o;
+  o.prefill_block_listener = [&](const engine::KvBlockEvents& ev) {
+    absl::MutexLock lock(&mu);
+    if (ev.resync) {
+      names.clear();
+      resynced = true;
+    }
+    for (engine::BlockHash h : ev.removed) names.erase(h);
+    names.insert(ev.added.begin(), ev.added.end());
+  };
+  Cluster c(o);
+  const Want w = Reference(Tokens("Once upon a time, there was a little boy named Ben. Ben liked "
+                                  "to play with his ball in the garden."),
+                           4, engine::SamplingParams());
+  ASSERT_GE(w.prompt.size(), 2u * kBlockSize);
+  std::set<engine::BlockHash> want;
+  engine::BlockHash h = engine::ModelSeedHash(c.prefill().layout().model_id);
+  for (size_t i = 0; i + kBlockSize <= w.prompt.size(); i += kBlockSize) {
+    h = engine::ChainBlockHash(h, absl::MakeConstSpan(w.prompt).subspan(i, kBlockSize));
+    want.insert(h);
+  }
+  auto run = Start(c, w, "listened");
+  ASSERT_OK(run->call->Wait().status());
+  ASSERT_TRUE(run->sink->WaitDone());
+  EXPECT_TRUE(Eventually([&] {
+    absl::MutexLock lock(&mu);
+    return resynced && names == want;
+  })) << "the listener's names differ from the prompt's " << want.size() << " full blocks";
+  EXPECT_TRUE(c.PoolsBackToZero());
 }
 
 }  // namespace

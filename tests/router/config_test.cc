@@ -11,6 +11,7 @@ namespace tandem::router {
 namespace {
 
 using ::tandem::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -298,6 +299,19 @@ semantic_cache:
   exact_only.embedding.model = "";
   exact_only.semantic_cache.exact_only = true;
   EXPECT_TRUE(exact_only.Validate().ok());
+}
+
+TEST(RouterConfigTest, PlacementDefaultsToKvAware) {
+  ASSERT_OK_AND_ASSIGN(RouterConfig c, ParseRouterConfigYaml("models: [{path: m.gguf}]"));
+  EXPECT_EQ(c.placement, Placement::kKvAware);
+  ASSERT_OK_AND_ASSIGN(c, ParseRouterConfigYaml("placement: least_load"));
+  EXPECT_EQ(c.placement, Placement::kLeastLoad);
+  ASSERT_OK_AND_ASSIGN(c, ParseRouterConfigYaml("placement: kv_aware"));
+  EXPECT_EQ(c.placement, Placement::kKvAware);
+  EXPECT_THAT(ParseRouterConfigYaml("placement: random"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("placement"), HasSubstr("'random'"),
+                             HasSubstr("kv_aware, least_load"))));
 }
 
 }  // namespace

@@ -148,5 +148,101 @@ TEST(PickerTest, BlocksNeeded) {
   EXPECT_EQ(BlocksNeeded(10, 20, 0), 0);
 }
 
+// --- KV-aware placement: the cost function of picker.h, table-driven -------
+
+struct PlacementCase {
+  std::string name;
+  std::vector<WorkerInfo> workers;
+  std::map<std::string, int32_t> cached;       // prompt tokens in each prefix cache
+  std::map<std::string, LocalLoad> local;
+  Placement placement = Placement::kKvAware;
+  RoutingMode mode = RoutingMode::kColocated;
+  std::string want;                            // the prefill (or colocated) worker
+  int32_t want_cached = 0;                     // RouteDecision::expected_cached_tokens
+};
+
+// A 1000-token prompt with 20 tokens to generate: 64 blocks of 16.
+std::vector<PlacementCase> PlacementCases() {
+  const WorkerRole kC = WorkerRole::kColocated;
+  const WorkerRole kP = WorkerRole::kPrefill;
+  return {
+      {"the only cached prefix wins over the address order",
+       {W("a", kC), W("b", kC)}, {{"b", 800}}, {}, Placement::kKvAware,
+       RoutingMode::kColocated, "b", 800},
+      {"the longest cached prefix wins",
+       {W("a", kC), W("b", kC), W("c", kC)}, {{"a", 320}, {"b", 800}}, {},
+       Placement::kKvAware, RoutingMode::kColocated, "b", 800},
+      {"a prefix beats a little more free KV and a short queue",
+       // cost a = 200 + 500 = 700 < b = 1000 + 0; least load picks b (more free blocks)
+       {W("a", kC, 90, 0, 500), W("b", kC, 100, 0, 0)}, {{"a", 800}}, {},
+       Placement::kKvAware, RoutingMode::kColocated, "a", 800},
+      {"a much longer queue loses even with the longest prefix",
+       // cost a = 200 + 5000 = 5200 > b = 1000
+       {W("a", kC, 100, 0, 5000), W("b", kC, 90, 0, 0)}, {{"a", 800}}, {},
+       Placement::kKvAware, RoutingMode::kColocated, "b", 0},
+      {"this router's requests in flight count as queue",
+       {W("a", kC, 100), W("b", kC, 100)}, {{"a", 800}}, {{"a", LocalLoad{3, 3000, 0}}},
+       Placement::kKvAware, RoutingMode::kColocated, "b", 0},
+      {"no free KV for the request costs its wait",
+       // a: 64 - 10 cached = 54 blocks needed, 0 free: 200 + 160 + 54 * 16 = 1704 > 1000
+       {W("a", kC, 0, 0, 0), W("b", kC, 30, 0, 0)}, {{"a", 160}}, {},
+       Placement::kKvAware, RoutingMode::kColocated, "b", 0},
+      {"enough free KV for what is not cached: no penalty",
+       // a: 64 - 50 = 14 blocks needed, 20 free: 200 < 1000
+       {W("a", kC, 20, 0, 0), W("b", kC, 500, 0, 0)}, {{"a", 800}}, {},
+       Placement::kKvAware, RoutingMode::kColocated, "a", 800},
+      {"placement least_load ignores prefix caches",
+       {W("a", kC, 100), W("b", kC, 100)}, {{"b", 800}}, {}, Placement::kLeastLoad,
+       RoutingMode::kColocated, "a", 0},
+      {"nothing cached: least load (most free blocks)",
+       {W("a", kC, 50), W("b", kC, 80)}, {}, {}, Placement::kKvAware,
+       RoutingMode::kColocated, "b", 0},
+      {"a prefix on a dead worker only: least load",
+       {W("a", kC, 50), W("b", kC, 80)}, {{"gone", 800}}, {}, Placement::kKvAware,
+       RoutingMode::kColocated, "b", 0},
+      {"prefill of a pair: the cached prefix wins",
+       // cost p2 = 360 + 100 = 460 < p1 = 1000; least load picks p1 (queue 0)
+       {W("p1", kP, 0, 0, 0), W("p2", kP, 0, 0, 100), W("d", WorkerRole::kDecode)},
+       {{"p2", 640}}, {}, Placement::kKvAware, RoutingMode::kDisaggregated, "p2", 640},
+      {"prefill of a pair: a long queue loses",
+       {W("p1", kP, 0, 0, 0), W("p2", kP, 0, 0, 2000), W("d", WorkerRole::kDecode)},
+       {{"p2", 640}}, {}, Placement::kKvAware, RoutingMode::kDisaggregated, "p1", 0},
+  };
+}
+
+TEST(PickerTest, KvAwarePlacementTable) {
+  for (const PlacementCase& c : PlacementCases()) {
+    SCOPED_TRACE(c.name);
+    std::vector<WorkerInfo> workers = c.workers;
+    RegistrySnapshot s = Snap(workers);
+    PickRequest r = Req(c.mode);
+    r.prompt_tokens = 1000;
+    r.max_tokens = 20;
+    r.placement = c.placement;
+    r.cached_prefix_tokens = &c.cached;
+    r.local = &c.local;
+    absl::StatusOr<RouteDecision> d = PickRoute(s, r, kNow);
+    ASSERT_TRUE(d.ok()) << d.status();
+    const WorkerInfo* chosen = c.mode == RoutingMode::kColocated ? d->decode : d->prefill;
+    ASSERT_NE(chosen, nullptr);
+    EXPECT_EQ(chosen->address, c.want);
+    EXPECT_EQ(d->expected_cached_tokens, c.want_cached);
+  }
+}
+
+TEST(PickerTest, KvAwareLeavesTheDecodeOfAPairToLeastLoad) {
+  RegistrySnapshot s = Snap({W("p", WorkerRole::kPrefill), W("d1", WorkerRole::kDecode, 50),
+                             W("d2", WorkerRole::kDecode, 80)});
+  const std::map<std::string, int32_t> cached = {{"d1", 800}, {"p", 800}};
+  PickRequest r = Req(RoutingMode::kDisaggregated);
+  r.prompt_tokens = 1000;
+  r.cached_prefix_tokens = &cached;
+  absl::StatusOr<RouteDecision> d = PickRoute(s, r, kNow);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->decode->address, "d2");
+  EXPECT_EQ(d->prefill->address, "p");
+  EXPECT_EQ(d->expected_cached_tokens, 800);
+}
+
 }  // namespace
 }  // namespace tandem::router

@@ -111,5 +111,68 @@ TEST_F(RegistryTest, SnapshotsAreImmutableCopies) {
   EXPECT_EQ(reg_.Snapshot()->Find("w1:1")->desc.load.free_kv_blocks, 1);
 }
 
+// --- the prefix index follows each worker's stream ----------------------
+
+WorkerDescription Colocated() {
+  return WorkerDescription{.worker_id = "colocated-1",
+                           .role = WorkerRole::kColocated,
+                           .model = "m",
+                           .kv_block_size = 4,
+                           .load = {},
+                           .kv_model_id = 9};
+}
+
+std::vector<int32_t> Tokens(int n) {
+  std::vector<int32_t> v(n);
+  for (int i = 0; i < n; ++i) v[i] = 100 + i;
+  return v;
+}
+
+// Prompt tokens of Tokens(n) that `address` holds by the registry's index.
+int32_t Cached(const WorkerRegistry& reg, const std::string& address, int n) {
+  std::shared_ptr<const RegistrySnapshot> snap = reg.Snapshot();
+  if (snap->prefixes == nullptr) {
+    return -1;
+  }
+  std::map<std::string, int32_t> m = snap->prefixes->CachedPrefixTokens(Tokens(n));
+  auto it = m.find(address);
+  return it == m.end() ? 0 : it->second;
+}
+
+TEST_F(RegistryTest, PrefixIndexFollowsSnapshotEventsAndDepartures) {
+  const std::vector<uint64_t> names =
+      PromptBlockHashes(Tokens(12), PrefixIndex::Naming{9, 4}, 3);
+  ASSERT_EQ(names.size(), 3u);
+  reg_.OnBlocks("w1:1", false, names, {});  // before any snapshot: ignored
+  EXPECT_EQ(Cached(reg_, "w1:1", 13), 0);
+  reg_.OnSnapshot("w1:1", Colocated(), absl::MakeConstSpan(names).subspan(0, 1));
+  EXPECT_EQ(Cached(reg_, "w1:1", 13), 4);
+  reg_.OnBlocks("w1:1", false, absl::MakeConstSpan(names).subspan(1), {});
+  EXPECT_EQ(Cached(reg_, "w1:1", 13), 12);
+  EXPECT_EQ(Cached(reg_, "w1:1", 12), 8);  // one prompt token is always computed
+  reg_.OnBlocks("w1:1", false, {}, absl::MakeConstSpan(names).subspan(1, 1));  // evicted
+  EXPECT_EQ(Cached(reg_, "w1:1", 13), 4);
+  reg_.OnBlocks("w1:1", true, names, {});  // resync: the whole set
+  EXPECT_EQ(Cached(reg_, "w1:1", 13), 12);
+  // The stream ends: the worker's entry goes with it, and a new stream's
+  // snapshot starts it again from the set it carries.
+  reg_.OnStreamEnded("w1:1", absl::UnavailableError("gone"));
+  EXPECT_EQ(Cached(reg_, "w1:1", 13), 0);
+  EXPECT_EQ(reg_.prefixes().num_workers(), 0);
+  reg_.OnSnapshot("w1:1", Colocated(), names);
+  EXPECT_EQ(Cached(reg_, "w1:1", 13), 12);
+  // Silent past the heartbeat timeout: dropped when its departure is taken.
+  EXPECT_THAT(reg_.TakeDeparted(), IsEmpty());
+  clock_.AdvanceTime(absl::Seconds(4));
+  EXPECT_THAT(reg_.TakeDeparted(), ElementsAre("w1:1"));
+  EXPECT_EQ(Cached(reg_, "w1:1", 13), 0);
+  // Removed from discovery.
+  reg_.OnSnapshot("w2:2", Colocated(), names);
+  EXPECT_EQ(Cached(reg_, "w2:2", 13), 12);
+  reg_.SetTargets({"w1:1"});
+  EXPECT_EQ(Cached(reg_, "w2:2", 13), 0);
+  EXPECT_EQ(reg_.prefixes().num_workers(), 0);
+}
+
 }  // namespace
 }  // namespace tandem::router

@@ -10,6 +10,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -723,6 +724,147 @@ TEST_F(KvCacheTest, RandomizedStress) {
     }
     live.clear();
     TearDown();
+  }
+}
+
+// --- block events (what workers publish for the router's prefix index) ----
+
+// The names of the full blocks of `tokens` as a router computes them.
+std::vector<BlockHash> ChainNames(const std::vector<int32_t>& tokens, uint64_t model_id = 7,
+                                  int32_t block_size = 16) {
+  std::vector<BlockHash> out;
+  BlockHash h = ModelSeedHash(model_id);
+  for (size_t i = 0; i + block_size <= tokens.size(); i += block_size) {
+    h = ChainBlockHash(h, absl::MakeConstSpan(tokens).subspan(i, block_size));
+    out.push_back(h);
+  }
+  return out;
+}
+
+std::vector<BlockHash> Sorted(std::vector<BlockHash> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+TEST_F(KvCacheTest, BlockEventsAreOffByDefault) {
+  KvCacheManager& kv = Init(/*num_blocks=*/4);
+  AddAndPrefill(1, Iota(48));
+  ASSERT_OK(kv.Free(1));
+  EXPECT_TRUE(kv.DrainBlockEvents().empty());
+  EXPECT_EQ(kv.CachedBlockHashes(), Sorted(ChainNames(Iota(48))));
+}
+
+TEST_F(KvCacheTest, BlockEventsFollowNamingAndEviction) {
+  KvCacheManager& kv = Init(/*num_blocks=*/4);
+  kv.EnableBlockEvents();
+  KvBlockEvents first = kv.DrainBlockEvents();
+  EXPECT_TRUE(first.resync);  // the set so far: empty
+  EXPECT_TRUE(first.added.empty());
+
+  const std::vector<int32_t> a = Iota(50);  // 3 full blocks, a partial one unnamed
+  AddAndPrefill(1, a);
+  KvBlockEvents ev = kv.DrainBlockEvents();
+  EXPECT_FALSE(ev.resync);
+  EXPECT_EQ(ev.added, Sorted(ChainNames(a)));
+  EXPECT_TRUE(ev.removed.empty());
+  EXPECT_TRUE(kv.DrainBlockEvents().empty());
+
+  // Another prompt needs the whole pool: a's three cached blocks are evicted.
+  ASSERT_OK(kv.Free(1));
+  const std::vector<int32_t> b = Iota(64, 1000);
+  AddAndPrefill(2, b);
+  ev = kv.DrainBlockEvents();
+  EXPECT_EQ(ev.added, Sorted(ChainNames(b)));
+  EXPECT_EQ(ev.removed, Sorted(ChainNames(a)));
+  EXPECT_EQ(kv.CachedBlockHashes(), Sorted(ChainNames(b)));
+  ASSERT_OK(kv.Free(2));
+
+  kv.ClearPrefixCache();
+  ev = kv.DrainBlockEvents();
+  EXPECT_TRUE(ev.added.empty());
+  EXPECT_EQ(ev.removed, Sorted(ChainNames(b)));
+}
+
+TEST_F(KvCacheTest, BlockEventsReportTheLastChangeOfEachName) {
+  KvCacheManager& kv = Init(/*num_blocks=*/4);
+  kv.EnableBlockEvents();
+  kv.DrainBlockEvents();
+  const std::vector<int32_t> a = Iota(16);
+  // Came and went between two drains: reported as removed only.
+  AddAndPrefill(1, a);
+  ASSERT_OK(kv.Free(1));
+  kv.ClearPrefixCache();
+  KvBlockEvents ev = kv.DrainBlockEvents();
+  EXPECT_TRUE(ev.added.empty());
+  EXPECT_EQ(ev.removed, ChainNames(a));
+  // Went and came back: added only (a consumer applying both lists in any
+  // order ends with the name present).
+  AddAndPrefill(2, a);
+  ASSERT_OK(kv.Free(2));
+  kv.DrainBlockEvents();
+  kv.ClearPrefixCache();
+  AddAndPrefill(3, a);
+  ev = kv.DrainBlockEvents();
+  EXPECT_EQ(ev.added, ChainNames(a));
+  EXPECT_TRUE(ev.removed.empty());
+  ASSERT_OK(kv.Free(3));
+}
+
+TEST_F(KvCacheTest, BlockEventsOverflowTurnsIntoAResync) {
+  KvCacheManager& kv = Init(/*num_blocks=*/8);
+  kv.EnableBlockEvents(/*max_pending=*/2);
+  kv.DrainBlockEvents();
+  const std::vector<int32_t> a = Iota(48);  // 3 names > 2
+  AddAndPrefill(1, a);
+  KvBlockEvents ev = kv.DrainBlockEvents();
+  EXPECT_TRUE(ev.resync);
+  EXPECT_EQ(ev.added, Sorted(ChainNames(a)));
+  EXPECT_TRUE(ev.removed.empty());
+  EXPECT_TRUE(kv.DrainBlockEvents().empty());
+  ASSERT_OK(kv.Free(1));
+}
+
+// A consumer that applies every drain (replacing its set on a resync) holds
+// exactly the cache's names after each one, whatever the interleaving.
+TEST_F(KvCacheTest, BlockEventsKeepAConsumerInStep) {
+  const uint32_t seed = 20261202;
+  std::mt19937 rng(seed);
+  KvCacheManager& kv = Init(/*num_blocks=*/24, /*block_size=*/4);
+  kv.EnableBlockEvents(/*max_pending=*/6);
+  std::set<BlockHash> mirror;
+  std::vector<SequenceId> live;
+  SequenceId next = 1;
+  for (int step = 0; step < 2000; ++step) {
+    const int op = static_cast<int>(rng() % 4);
+    if (op <= 1 && live.size() < 4) {
+      // Prompts from a few shared stems, so names repeat and get reused.
+      std::vector<int32_t> prompt = Iota(4 * static_cast<int32_t>(rng() % 3), 100 * (rng() % 3));
+      const std::vector<int32_t> tail = Iota(1 + static_cast<int32_t>(rng() % 9),
+                                             static_cast<int32_t>(rng() % 5) * 10);
+      prompt = Concat(prompt, tail);
+      if (kv.BlocksNeeded(static_cast<int32_t>(prompt.size())) > kv.num_free_blocks()) {
+        continue;
+      }
+      AddAndPrefill(next, prompt);
+      live.push_back(next++);
+    } else if (op == 2 && !live.empty()) {
+      const size_t i = rng() % live.size();
+      ASSERT_OK(kv.Free(live[i]));
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      KvBlockEvents ev = kv.DrainBlockEvents();
+      if (ev.resync) {
+        mirror.clear();
+      }
+      for (BlockHash h : ev.removed) mirror.erase(h);
+      mirror.insert(ev.added.begin(), ev.added.end());
+      const std::vector<BlockHash> want = kv.CachedBlockHashes();
+      ASSERT_EQ(std::vector<BlockHash>(mirror.begin(), mirror.end()), want)
+          << "seed " << seed << " step " << step;
+    }
+  }
+  for (SequenceId s : live) {
+    ASSERT_OK(kv.Free(s));
   }
 }
 

@@ -76,8 +76,32 @@
 //     public_metrics: true          # /metrics needs no key
 //   expose_route_workers: false     # GenerateResponse.route names the workers'
 //                                   # ids (addresses by default); off: left empty
+//   admission:                      # admission control (router/admission.h); every
+//                                   # limit off by default. Decided before any
+//                                   # worker is called; a refusal is 429 /
+//                                   # RESOURCE_EXHAUSTED with Retry-After
+//     defaults:                     # every tenant's buckets (the API key's tenant;
+//                                   # "anonymous" when keys are off)
+//       requests_per_second: 0      # request bucket refill; 0 = no limit
+//       request_burst: 0            # its size; 0 = max(requests_per_second, 1)
+//       tokens_per_second: 0        # token bucket: n x (prompt + max_tokens) per
+//                                   # request; 0 = no limit
+//       token_burst: 0              # its size; 0 = max(tokens_per_second, 1); a
+//                                   # request costing more is refused 400
+//     tenants:                      # per-tenant overrides; keys left out inherit
+//       acme: {requests_per_second: 20, tokens_per_second: 50000}
+//     max_ttft: 0s                  # the TTFT SLO: refuse a request whose estimated
+//                                   # time to first token exceeds it; 0 = off
+//     reject_past_deadline: true    # refuse a request whose estimate exceeds the
+//                                   # time left to its deadline
+//     max_queued_requests: 0        # waiting queue per model (admitted, no first
+//                                   # token yet); 0 = no bound
+//     max_queued_tokens: 0          # the same in prompt tokens; 0 = no bound
+//     initial_prefill_rate: 500     # tokens/s assumed before measurements
+//     rate_window: 10s              # the measured rate averages this much busy time
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -149,6 +173,35 @@ struct AuthConfig {
   bool public_metrics = true;
 };
 
+// One tenant's buckets (router/admission.h); 0 = no limit / the default.
+struct TenantLimits {
+  double requests_per_second = 0;
+  double request_burst = 0;       // 0 = max(requests_per_second, 1)
+  double tokens_per_second = 0;   // n x (prompt + max_tokens) of admitted requests
+  double token_burst = 0;         // 0 = max(tokens_per_second, 1)
+};
+
+// Admission control (router/admission.h). Every limit is off by default.
+struct AdmissionConfig {
+  TenantLimits defaults;
+  // By tenant name (the API key's; "anonymous" with keys off). An override
+  // inherits each key it leaves out from `defaults`.
+  std::map<std::string, TenantLimits> tenants;
+  absl::Duration max_ttft = absl::ZeroDuration();  // 0 = no SLO check
+  bool reject_past_deadline = true;
+  int32_t max_queued_requests = 0;                 // 0 = no bound
+  int64_t max_queued_tokens = 0;                   // 0 = no bound
+  // Prompt tokens per second reaching their first token, per model, assumed
+  // until measured; low on purpose (a CPU prefill of the 1.5B model).
+  double initial_prefill_rate = 500;
+  absl::Duration rate_window = absl::Seconds(10);
+
+  // The tenant's override, else the defaults.
+  const TenantLimits& LimitsFor(const std::string& tenant) const;
+  // InvalidArgument naming the admission.* key.
+  absl::Status Validate() const;
+};
+
 struct RouterConfig {
   std::string grpc_address = "0.0.0.0:50051";
   std::string http_address = "0.0.0.0:8080";
@@ -166,6 +219,7 @@ struct RouterConfig {
   // Public clients see which workers served them (RouteInfo.prefill_worker /
   // decode_worker): worker ids default to role@address, an internal detail.
   bool expose_route_workers = false;
+  AdmissionConfig admission;
 
   // InvalidArgument naming the field; FailedPrecondition for a non-loopback
   // worker address (static or dns) without internal_tls unless

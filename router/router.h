@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/base/metrics.h"
+#include "router/admission.h"
 #include "router/config.h"
 #include "router/generation.h"
 #include "router/model_catalog.h"
@@ -69,9 +70,13 @@ class Router {
                                           absl::Time client_deadline) const;
 
   // Admits and starts a request. Synchronous errors: RESOURCE_EXHAUSTED when
-  // max_inflight requests are running (retry after limits.retry_after),
-  // UNAVAILABLE when no worker fits or the router is shutting down. On OK the
-  // observer receives the request's events and exactly one OnComplete.
+  // max_inflight requests are running (retry after limits.retry_after) or
+  // admission control refuses it (router/admission.h: the tenant's buckets,
+  // the queue bound, the estimated time to first token; the status carries
+  // its Retry-After, see WithRetryAfter), INVALID_ARGUMENT when it costs
+  // more than its tenant's token burst, UNAVAILABLE when no worker fits or
+  // the router is shutting down. On OK the observer receives the request's
+  // events and exactly one OnComplete.
   absl::StatusOr<std::shared_ptr<RequestHandle>> Start(
       PreparedRequest request, std::shared_ptr<GenerationObserver> observer);
 
@@ -93,6 +98,12 @@ class Router {
   std::shared_ptr<const RegistrySnapshot> snapshot() const { return snapshots_(); }
   int inflight() const { return inflight_.load(std::memory_order_relaxed); }
 
+  // Whether request tenants come from API keys (router/auth.h). Off (the
+  // default): admission control counts every request as the anonymous
+  // tenant, whatever tenant a client claims. Call before serving.
+  void SetTenantsFromApiKeys(bool on) { tenants_from_keys_.store(on, std::memory_order_relaxed); }
+  const AdmissionController& admission() const { return admission_; }
+
  private:
   friend class internal::RequestRun;
   friend class internal::ChoiceCall;
@@ -109,6 +120,13 @@ class Router {
                    absl::Duration tpot);
   // After OnComplete: frees the admission slot.
   void ReleaseSlot();
+  // RequestRun: the run's first token arrived (it leaves the admission queue).
+  void FirstToken(uint64_t run_id, const std::string& model);
+  // Admission control for run `id` (router/admission.h): OK, or the refusal
+  // (counted). Admitted requests are queued until FirstToken / RunFinished.
+  absl::Status Admit(uint64_t id, const PreparedRequest& request,
+                     const RegistrySnapshot& snapshot, absl::Time now);
+  std::string AdmissionTenant(const PreparedRequest& request) const;
 
   const RouterConfig config_;
   const ModelCatalog catalog_;
@@ -124,6 +142,9 @@ class Router {
   std::map<std::string, LocalLoad> local_load_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::map<uint64_t, std::weak_ptr<internal::ChoiceCall>>> calls_
       ABSL_GUARDED_BY(mu_);
+
+  AdmissionController admission_;
+  std::atomic<bool> tenants_from_keys_{false};
 };
 
 }  // namespace tandem::router

@@ -11,7 +11,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/base/metrics.h"
 #include "router/registry.h"
 
@@ -36,6 +38,19 @@ class RouterMetrics {
   base::Counter* rejected;                // tandem_router_rejected_requests_total (admission)
   base::Counter* worker_failures;         // tandem_router_worker_failures_total
 
+  // Admission control (router/admission.h); tenants come from the API keys
+  // ("anonymous" with keys off), so the label set stays bounded.
+  // tandem_admission_rejections_total{reason,tenant}
+  void CountAdmissionRejection(absl::string_view reason, const std::string& tenant);
+  // tandem_admission_estimated_ttft_seconds{model}: the estimate of every
+  // admitted request; `slo` (admission.max_ttft, 0 = none) is a bucket bound.
+  void ObserveAdmittedEstimate(const std::string& model, absl::Duration estimate,
+                               absl::Duration slo);
+  // tandem_admission_queued_requests{model} (now) and
+  // tandem_admission_queued_requests_peak{model} (the most since start), and
+  // tandem_admission_prefill_rate_tokens_per_second{model} (measured).
+  void SetAdmissionQueue(const std::string& model, int32_t queued, double rate);
+
  private:
   base::Histogram* ModelHistogram(std::map<std::string, base::Histogram*>& cache, const std::string& name,
                             const std::string& help, const std::string& model)
@@ -48,6 +63,16 @@ class RouterMetrics {
   std::map<std::string, base::Histogram*> ttft_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, base::Histogram*> tpot_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, base::Histogram*> e2e_ ABSL_GUARDED_BY(mu_);
+  struct AdmissionGauges {
+    base::Gauge* queued = nullptr;
+    base::Gauge* peak = nullptr;
+    base::Gauge* rate = nullptr;
+    int32_t peak_value = 0;
+  };
+  std::map<std::pair<std::string, std::string>, base::Counter*> admission_rejections_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, base::Histogram*> admission_estimate_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, AdmissionGauges> admission_queue_ ABSL_GUARDED_BY(mu_);
   base::Gauge* up_prefill_;
   base::Gauge* up_decode_;
   base::Gauge* up_colocated_;

@@ -308,6 +308,8 @@ AdmissionDecision AdmissionController::Admit(const Request& r, const PrefillQueu
   }
   ++q.requests;
   q.tokens += own;
+  ++q.version;
+  q.peak_requests = std::max(q.peak_requests, q.requests);
   tickets_[r.ticket] = Ticket{r.model, own};
   return d;
 }
@@ -327,6 +329,7 @@ void AdmissionController::LeaveLocked(uint64_t ticket, absl::Time now, bool firs
   }
   --q.requests;
   q.tokens -= it->second.tokens;
+  ++q.version;
   tickets_.erase(it);
 }
 
@@ -349,6 +352,8 @@ AdmissionController::QueueState AdmissionController::queue(const std::string& mo
     s.requests = it->second.requests;
     s.tokens = it->second.tokens;
     s.rate = it->second.meter.rate();
+    s.version = it->second.version;
+    s.peak_requests = it->second.peak_requests;
   }
   return s;
 }

@@ -196,6 +196,10 @@ class AdmissionController {
     int32_t requests = 0;
     int64_t tokens = 0;
     double rate = 0;           // tokens/s
+    // Counts the queue's changes: of two states read by different threads,
+    // the larger version is the newer (metrics drop a stale one).
+    uint64_t version = 0;
+    int32_t peak_requests = 0;  // the most it held since start
   };
   QueueState queue(const std::string& model) const;
   // Tenants with buckets (bounded by the API keys' tenants, plus anonymous).
@@ -211,6 +215,8 @@ class AdmissionController {
     explicit Queue(const AdmissionConfig& c) : meter(c.initial_prefill_rate, c.rate_window) {}
     int32_t requests = 0;
     int64_t tokens = 0;
+    uint64_t version = 0;
+    int32_t peak_requests = 0;
     absl::Time busy_since = absl::InfinitePast();  // last accounting point while requests > 0
     ThroughputMeter meter;
   };

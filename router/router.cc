@@ -165,6 +165,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Router::Start(
     absl::StatusOr<RouteDecision> r = PickRoute(*snapshot, pr, now);
     if (!r.ok()) {
       admission_.Finished(id, now);
+      ReportAdmissionQueue(model);
       inflight_.fetch_sub(1, std::memory_order_relaxed);
       metrics_.inflight->Set(inflight_.load(std::memory_order_relaxed));
       metrics_.CountRoute(model, "none");
@@ -239,6 +240,7 @@ void Router::RunFinished(uint64_t run_id, const absl::Status& status,
       absl::ToDoubleSeconds(s.prefill), absl::ToDoubleSeconds(s.kv_transfer), e2e,
       status.ok() ? "" : absl::StrCat(" error=\"", absl::CHexEscape(status.message()), "\""));
   admission_.Finished(run_id, clock_.Now());
+  ReportAdmissionQueue(s.model);
   absl::MutexLock lock(&mu_);
   runs_.erase(run_id);
 }
@@ -268,15 +270,18 @@ absl::Status Router::Admit(uint64_t id, const PreparedRequest& request,
     return d.ToStatus();
   }
   metrics_.ObserveAdmittedEstimate(r.model, d.estimated_ttft, config_.admission.max_ttft);
-  const AdmissionController::QueueState q = admission_.queue(r.model);
-  metrics_.SetAdmissionQueue(r.model, q.requests, q.rate);
+  ReportAdmissionQueue(r.model);
   return absl::OkStatus();
 }
 
 void Router::FirstToken(uint64_t run_id, const std::string& model) {
   admission_.FirstToken(run_id, clock_.Now());
+  ReportAdmissionQueue(model);
+}
+
+void Router::ReportAdmissionQueue(const std::string& model) {
   const AdmissionController::QueueState q = admission_.queue(model);
-  metrics_.SetAdmissionQueue(model, q.requests, q.rate);
+  metrics_.SetAdmissionQueue(model, q.requests, q.peak_requests, q.rate, q.version);
 }
 
 void Router::ReleaseSlot() {

@@ -127,6 +127,8 @@ class Router {
   absl::Status Admit(uint64_t id, const PreparedRequest& request,
                      const RegistrySnapshot& snapshot, absl::Time now);
   std::string AdmissionTenant(const PreparedRequest& request) const;
+  // The admission queue's gauges for `model`.
+  void ReportAdmissionQueue(const std::string& model);
 
   const RouterConfig config_;
   const ModelCatalog catalog_;

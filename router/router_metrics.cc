@@ -124,7 +124,8 @@ void RouterMetrics::ObserveAdmittedEstimate(const std::string& model, absl::Dura
   h->Observe(absl::ToDoubleSeconds(estimate));
 }
 
-void RouterMetrics::SetAdmissionQueue(const std::string& model, int32_t queued, double rate) {
+void RouterMetrics::SetAdmissionQueue(const std::string& model, int32_t queued, int32_t peak,
+                                      double rate, uint64_t version) {
   absl::MutexLock lock(&mu_);
   AdmissionGauges& g = admission_queue_[model];
   if (g.queued == nullptr) {
@@ -140,9 +141,12 @@ void RouterMetrics::SetAdmissionQueue(const std::string& model, int32_t queued, 
         "Measured rate at which queued prompt tokens reach their first token.",
         {{"model", model}});
   }
+  if (version < g.version) {
+    return;
+  }
+  g.version = version;
   g.queued->Set(queued);
-  g.peak_value = std::max(g.peak_value, queued);
-  g.peak->Set(g.peak_value);
+  g.peak->Set(peak);
   g.rate->Set(rate);
 }
 

@@ -48,8 +48,11 @@ class RouterMetrics {
                                absl::Duration slo);
   // tandem_admission_queued_requests{model} (now) and
   // tandem_admission_queued_requests_peak{model} (the most since start), and
-  // tandem_admission_prefill_rate_tokens_per_second{model} (measured).
-  void SetAdmissionQueue(const std::string& model, int32_t queued, double rate);
+  // tandem_admission_prefill_rate_tokens_per_second{model} (measured), from
+  // the queue's state at `version` (ignored when older than one already set:
+  // threads race to report).
+  void SetAdmissionQueue(const std::string& model, int32_t queued, int32_t peak, double rate,
+                         uint64_t version);
 
  private:
   base::Histogram* ModelHistogram(std::map<std::string, base::Histogram*>& cache, const std::string& name,
@@ -67,7 +70,7 @@ class RouterMetrics {
     base::Gauge* queued = nullptr;
     base::Gauge* peak = nullptr;
     base::Gauge* rate = nullptr;
-    int32_t peak_value = 0;
+    uint64_t version = 0;
   };
   std::map<std::pair<std::string, std::string>, base::Counter*> admission_rejections_
       ABSL_GUARDED_BY(mu_);

@@ -5,7 +5,9 @@
 
 #include "router/admission.h"
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -428,6 +430,38 @@ TEST(AdmissionControllerTest, QueueIsBoundedInRequestsAndTokens) {
   EXPECT_TRUE(ac.Admit(Req(6, "", 130, 1), {1, 0}, now).admitted());
   EXPECT_EQ(ac.queue("m").requests, 3);
   EXPECT_EQ(ac.queue("m").tokens, 250);
+  EXPECT_EQ(ac.queue("m").peak_requests, 3);
+}
+
+TEST(AdmissionControllerTest, ConcurrentAdmitsNeverSpendABucketTwice) {
+  AdmissionConfig c;
+  c.defaults.requests_per_second = 1e-6;  // no refill within the test
+  c.defaults.request_burst = 100;
+  AdmissionController ac(c);
+  const absl::Time now = absl::UnixEpoch();
+  std::atomic<int> admitted{0};
+  std::atomic<uint64_t> next_ticket{1};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        const uint64_t ticket = next_ticket.fetch_add(1);
+        if (ac.Admit(Req(ticket, "t", 10, 1), {1, 0}, now).admitted()) {
+          admitted.fetch_add(1);
+          if ((i + t) % 2 == 0) {
+            ac.FirstToken(ticket, now);
+          }
+          ac.Finished(ticket, now);
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) {
+    th.join();
+  }
+  EXPECT_EQ(admitted.load(), 100);
+  EXPECT_EQ(ac.queue("m").requests, 0);
+  EXPECT_EQ(ac.queue("m").tokens, 0);
 }
 
 // --- Config -----------------------------------------------------------------------

@@ -256,14 +256,15 @@ TEST_F(AdmissionTest, TwiceTheCapacityKeepsAdmittedRequestsWithinTheSloAndMemory
                       "\n  initial_prefill_rate: 200\n")));
   const v1::GenerateRequest req = Story(96);
 
-  // Capacity: a closed loop of 4 clients (twice the worker's batch).
+  // Capacity: a closed loop of 8 clients (four times the worker's batch,
+  // so that it never waits for a client).
   constexpr int kProbe = 48;
   std::atomic<int> next{0};
   std::atomic<int> probe_ok{0};
   absl::Time t0 = absl::Now();
   {
     std::vector<std::thread> clients;
-    for (int c = 0; c < 4; ++c) {
+    for (int c = 0; c < 8; ++c) {
       clients.emplace_back([&] {
         while (next.fetch_add(1) < kProbe) {
           probe_ok += Generate(*stub_, req).status.ok() ? 1 : 0;
@@ -330,7 +331,7 @@ TEST_F(AdmissionTest, TwiceTheCapacityKeepsAdmittedRequestsWithinTheSloAndMemory
     return ttft.empty() ? 0.0 : ttft[static_cast<size_t>(p * (ttft.size() - 1))];
   };
   std::printf(
-      "[ measured ] capacity %.1f req/s (closed loop of 4); offered %.1f req/s, %d requests in "
+      "[ measured ] capacity %.1f req/s (closed loop of 8); offered %.1f req/s, %d requests in "
       "%.1f s: %d admitted, %d refused (%.0f%%); admitted TTFT p50 %.0f ms p99 %.0f ms (SLO "
       "%.0f ms); router VmRSS %.1f -> peak %.1f MiB\n",
       capacity, offered, n, span_s, ok, refused, 100.0 * refused / n, 1e3 * pct(0.5),

@@ -134,8 +134,19 @@ TtftEstimate EstimateTtft(const TtftInputs& in) {
   const double per_worker_rate = std::max(in.rate, 1e-9) / static_cast<double>(workers);
   TtftEstimate e;
   e.tokens_ahead = std::max(in.workers.min_queued_tokens, in.router_queued_tokens / workers);
-  e.ttft = SecondsSat(static_cast<double>(e.tokens_ahead + in.own_tokens) / per_worker_rate);
+  e.calibration = in.calibration;
+  e.ttft = SecondsSat(in.calibration * static_cast<double>(e.tokens_ahead + in.own_tokens) /
+                      per_worker_rate);
   return e;
+}
+
+double CalibrationFactor(std::vector<double> ratios) {
+  if (static_cast<int>(ratios.size()) < kMinCalibrationSamples) {
+    return 1;
+  }
+  const size_t k = static_cast<size_t>(kCalibrationQuantile * static_cast<double>(ratios.size() - 1));
+  std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(k), ratios.end());
+  return std::clamp(ratios[k], kMinCalibration, kMaxCalibration);
 }
 
 // --- The decision ---------------------------------------------------------------
@@ -229,8 +240,8 @@ AdmissionDecision DecideAdmission(const AdmissionConfig& config, const Admission
   const absl::Duration est = in.estimate.ttft;
   const std::string why = absl::StrFormat(
       "estimated time to first token %s (%d prompt tokens queued ahead on the best worker at "
-      "%.0f tokens/s measured)",
-      Secs(est), in.estimate.tokens_ahead, rate);
+      "%.0f tokens/s measured, x%.2f calibrated)",
+      Secs(est), in.estimate.tokens_ahead, rate, in.estimate.calibration);
   if (config.max_ttft > absl::ZeroDuration() && est > config.max_ttft) {
     d.reason = AdmissionReason::kTtftOverSlo;
     d.retry_after = est - config.max_ttft;
@@ -295,7 +306,7 @@ AdmissionDecision AdmissionController::Admit(const Request& r, const PrefillQueu
   in.queued_tokens = q.tokens;
   in.own_tokens = own;
   in.rate = q.meter.rate();
-  in.estimate = EstimateTtft({q.tokens, workers, own, in.rate});
+  in.estimate = EstimateTtft({q.tokens, workers, own, in.rate, q.calibration});
   in.time_left = r.deadline == absl::InfiniteFuture() ? absl::InfiniteDuration() : r.deadline - now;
   AdmissionDecision d = DecideAdmission(config_, in);
   if (!d.admitted()) {
@@ -310,7 +321,8 @@ AdmissionDecision AdmissionController::Admit(const Request& r, const PrefillQueu
   q.tokens += own;
   ++q.version;
   q.peak_requests = std::max(q.peak_requests, q.requests);
-  tickets_[r.ticket] = Ticket{r.model, own};
+  tickets_[r.ticket] =
+      Ticket{r.model, own, now, in.estimate.ttft / std::max(in.estimate.calibration, 1e-9)};
   return d;
 }
 
@@ -326,6 +338,20 @@ void AdmissionController::LeaveLocked(uint64_t ticket, absl::Time now, bool firs
     q.meter.Add(static_cast<double>(it->second.tokens), std::max(absl::ZeroDuration(),
                                                                  now - q.busy_since));
     q.busy_since = now;
+    const absl::Duration floor = config_.max_ttft > absl::ZeroDuration()
+                                     ? kCalibrationFloor * config_.max_ttft
+                                     : absl::Milliseconds(100);
+    const absl::Duration estimate = it->second.estimate;
+    if (estimate >= floor && estimate > absl::ZeroDuration()) {
+      const double ratio = absl::FDivDuration(now - it->second.admitted_at, estimate);
+      if (static_cast<int>(q.ratios.size()) < kCalibrationSamples) {
+        q.ratios.push_back(ratio);
+      } else {
+        q.ratios[q.next_ratio] = ratio;
+      }
+      q.next_ratio = (q.next_ratio + 1) % kCalibrationSamples;
+      q.calibration = CalibrationFactor(q.ratios);
+    }
   }
   --q.requests;
   q.tokens -= it->second.tokens;
@@ -352,6 +378,7 @@ AdmissionController::QueueState AdmissionController::queue(const std::string& mo
     s.requests = it->second.requests;
     s.tokens = it->second.tokens;
     s.rate = it->second.meter.rate();
+    s.calibration = it->second.calibration;
     s.version = it->second.version;
     s.peak_requests = it->second.peak_requests;
   }

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -111,16 +112,33 @@ struct TtftInputs {
   PrefillQueue workers;
   int64_t own_tokens = 0;            // the request's prompt tokens (all choices)
   double rate = 1;                   // measured, tokens/s for the whole model
+  double calibration = 1;            // CalibrationFactor
 };
 struct TtftEstimate {
   absl::Duration ttft = absl::ZeroDuration();
   int64_t tokens_ahead = 0;          // on the best worker
+  double calibration = 1;
 };
-// ttft = (ahead + own) / (rate / workers), ahead = max(the best worker's
-// reported queue, the router's queue / workers): the router's own queue is
-// the freshest view (spread evenly, as the picker balances it), a worker's
-// report also counts other routers' requests. No worker: as one.
+// ttft = calibration x (ahead + own) / (rate / workers), ahead = max(the best
+// worker's reported queue, the router's queue / workers): the router's own
+// queue is the freshest view (spread evenly, as the picker balances it), a
+// worker's report also counts other routers' requests. No worker: as one.
 TtftEstimate EstimateTtft(const TtftInputs& in);
+
+// The estimate's measured error: of recent admitted requests whose estimate
+// was at least kCalibrationFloor of the SLO (those near the decision), the
+// kCalibrationQuantile of actual / estimated time to first token, clamped to
+// [kMinCalibration, kMaxCalibration]; 1 with fewer than kMinCalibrationSamples.
+// Multiplying by it makes the estimate an upper bound for that share of
+// requests, whatever the rate measurement misses (a load change within the
+// rate window, CPU contention, per-request overheads).
+inline constexpr double kCalibrationQuantile = 0.95;
+inline constexpr double kCalibrationFloor = 0.25;
+inline constexpr int kMinCalibrationSamples = 16;
+inline constexpr int kCalibrationSamples = 128;  // the most recent ones kept
+inline constexpr double kMinCalibration = 0.5;
+inline constexpr double kMaxCalibration = 4;
+double CalibrationFactor(std::vector<double> ratios);
 
 enum class AdmissionReason {
   kAdmitted,
@@ -196,6 +214,7 @@ class AdmissionController {
     int32_t requests = 0;
     int64_t tokens = 0;
     double rate = 0;           // tokens/s
+    double calibration = 1;    // CalibrationFactor of its recent requests
     // Counts the queue's changes: of two states read by different threads,
     // the larger version is the newer (metrics drop a stale one).
     uint64_t version = 0;
@@ -219,10 +238,17 @@ class AdmissionController {
     int32_t peak_requests = 0;
     absl::Time busy_since = absl::InfinitePast();  // last accounting point while requests > 0
     ThroughputMeter meter;
+    // actual / estimated TTFT of recent requests (a ring of
+    // kCalibrationSamples) and the factor they give.
+    std::vector<double> ratios;
+    size_t next_ratio = 0;
+    double calibration = 1;
   };
   struct Ticket {
     std::string model;
     int64_t tokens = 0;
+    absl::Time admitted_at;
+    absl::Duration estimate;  // uncalibrated
   };
 
   Buckets& BucketsLocked(const std::string& tenant, absl::Time now)

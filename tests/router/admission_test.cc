@@ -160,6 +160,23 @@ TEST(EstimateTtftTest, QueueAheadOverThePerWorkerRate) {
   }
 }
 
+TEST(CalibrationFactorTest, AHighQuantileOfActualOverEstimatedClamped) {
+  EXPECT_EQ(CalibrationFactor({}), 1);
+  EXPECT_EQ(CalibrationFactor(std::vector<double>(kMinCalibrationSamples - 1, 3.0)), 1);
+  // 1.00, 1.01, ..., 1.99: the 95th percentile (rank 94 of 0..99) is 1.94.
+  std::vector<double> ratios;
+  for (int i = 99; i >= 0; --i) {
+    ratios.push_back(1 + i / 100.0);
+  }
+  EXPECT_NEAR(CalibrationFactor(ratios), 1.94, 1e-12);
+  EXPECT_EQ(CalibrationFactor(std::vector<double>(20, 0.1)), kMinCalibration);
+  EXPECT_EQ(CalibrationFactor(std::vector<double>(20, 50.0)), kMaxCalibration);
+  // The estimate scales with it.
+  TtftEstimate e = EstimateTtft({900, {1, 0}, 100, 1000, 1.5});
+  EXPECT_NEAR(absl::ToDoubleSeconds(e.ttft), 1.5, 1e-9);
+  EXPECT_EQ(e.calibration, 1.5);
+}
+
 // --- DecideAdmission --------------------------------------------------------------
 
 AdmissionConfig SloConfig() {
@@ -260,8 +277,8 @@ TEST(DecideAdmissionTest, EstimateOverTheSloOrTheDeadline) {
   EXPECT_THAT(d.ToStatus(),
               StatusIs(absl::StatusCode::kResourceExhausted,
                        HasSubstr("estimated time to first token 3.000s (2800 prompt tokens "
-                                 "queued ahead on the best worker at 1000 tokens/s measured) "
-                                 "is over the SLO admission max_ttft 2.000s")));
+                                 "queued ahead on the best worker at 1000 tokens/s measured, "
+                                 "x1.00 calibrated) is over the SLO admission max_ttft 2.000s")));
 
   // No SLO: the deadline still counts.
   AdmissionConfig no_slo = SloConfig();
@@ -404,6 +421,39 @@ TEST(AdmissionControllerTest, QueueGrowsUntilFirstTokensAndTheMeasuredRateDrives
   ac.Finished(10, clock.Now() + absl::Seconds(5));
   EXPECT_EQ(ac.queue("m").requests, 3);
   EXPECT_NEAR(ac.queue("m").rate, rate, 1e-9);
+}
+
+TEST(AdmissionControllerTest, LearnsHowFarOffItsEstimatesAreNearTheSlo) {
+  AdmissionConfig c;
+  c.max_ttft = absl::Seconds(1);
+  c.initial_prefill_rate = 100;
+  AdmissionController ac(c);
+  base::SimulatedClock clock;
+  // One request at a time, each first token 1 s after admission: the
+  // estimate (own tokens / the rate measured so far) starts at 0.5 s for 50
+  // tokens and approaches 1 s as the meter learns 50 tokens/s. A 5-token
+  // request (estimate under a quarter of the SLO) does not count.
+  std::vector<double> want;
+  uint64_t ticket = 0;
+  for (int i = 0; i < kMinCalibrationSamples + 4; ++i) {
+    const int64_t tokens = i == 3 ? 5 : 50;
+    const double rate = ac.queue("m").rate;
+    ASSERT_TRUE(ac.Admit(Req(++ticket, "", tokens, 1), {1, 0}, clock.Now()).admitted());
+    clock.AdvanceTime(absl::Seconds(1));
+    ac.FirstToken(ticket, clock.Now());
+    if (tokens / rate >= 0.25) {
+      want.push_back(1.0 / (tokens / rate));  // actual / estimated
+    }
+    if (static_cast<int>(want.size()) < kMinCalibrationSamples) {
+      EXPECT_EQ(ac.queue("m").calibration, 1) << i;
+    }
+  }
+  ASSERT_EQ(want.size(), static_cast<size_t>(kMinCalibrationSamples + 3));
+  const AdmissionController::QueueState q = ac.queue("m");
+  EXPECT_NEAR(q.calibration, CalibrationFactor(want), 1e-9);
+  EXPECT_GT(q.calibration, 1.1);  // the early, too optimistic estimates
+  const AdmissionDecision d = ac.Admit(Req(++ticket, "", 50, 1), {1, 0}, clock.Now());
+  EXPECT_NEAR(absl::ToDoubleSeconds(d.estimated_ttft), q.calibration * 50 / q.rate, 1e-9);
 }
 
 TEST(AdmissionControllerTest, QueueIsBoundedInRequestsAndTokens) {

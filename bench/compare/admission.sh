@@ -14,7 +14,8 @@
 #    tandem-replay over gRPC with --slo ttft=SLO, against a fresh cluster
 #    without admission control (limits.max_inflight raised to 1024, so
 #    nothing is refused) and then one with `admission: {max_ttft: SLO,
-#    max_queued_requests: MAX_QUEUED}`; same seed, same prompts.
+#    max_queued_requests: MAX_QUEUED}`; same seed, same prompts (the
+#    ShareGPT sample in ../shared/traces/sharegpt-prompts-ml-energy).
 # Prints one table (TTFT p50 / p99 of the OK requests, share refused with
 # RESOURCE_EXHAUSTED, goodput) also written to DIR/table.md, with the
 # machine's load (uptime) before and after each run.
@@ -47,6 +48,8 @@ require_positive_ints "--threads:$THREADS" "--slots:$SLOTS" "--input-tokens:$INP
 ((SLOTS % THREADS == 0)) || die "--slots must be a multiple of --threads"
 resolve_model
 CTX=$((INPUT_TOKENS + OUTPUT_TOKENS + 16))
+PROMPTS=$PWD/../shared/traces/sharegpt-prompts-ml-energy/ShareGPT_V3_filtered_1000.json
+[ -f "$PROMPTS" ] || die "$PROMPTS missing (../shared, next to the repository)"
 
 # lib.sh's cluster config, with the router's limits replaced by ROUTER_LIMITS.
 eval "$(declare -f tandem_config | sed '1s/^tandem_config/lib_tandem_config/')"
@@ -70,7 +73,7 @@ run() {
   echo "admission: $name ($(uptime | sed 's/.*load/load/'))" >&2
   uptime >"$dir/uptime.before"
   build/bin/tandem-replay --target "$GRPC_TARGET" --protocol grpc --tokenizer "$GGUF" \
-    --input-tokens "$INPUT_TOKENS" --output-tokens "$OUTPUT_TOKENS" --seed 11 \
+    --prompts "$PROMPTS" --input-tokens "$INPUT_TOKENS" --output-tokens "$OUTPUT_TOKENS" --seed 11 \
     --slo "ttft=$SLO_TTFT" --grace 60 --progress lines --plot=false --output "$dir" "$@" \
     >"$dir/stdout.txt" 2>"$dir/stderr.txt" ||
     die "tandem-replay failed ($dir/stderr.txt): $(tail -n 3 "$dir/stderr.txt")"

@@ -72,8 +72,7 @@ void TokenBucket::Take(double amount, absl::Time now) {
 
 // --- ThroughputMeter ------------------------------------------------------------
 
-ThroughputMeter::ThroughputMeter(double initial_rate, absl::Duration window,
-                                 absl::Duration prior)
+ThroughputMeter::ThroughputMeter(double initial_rate, absl::Duration window, absl::Duration prior)
     : initial_rate_(initial_rate),
       window_s_(absl::ToDoubleSeconds(window)),
       prior_s_(absl::ToDoubleSeconds(prior)) {}
@@ -144,7 +143,8 @@ double CalibrationFactor(std::vector<double> ratios) {
   if (static_cast<int>(ratios.size()) < kMinCalibrationSamples) {
     return 1;
   }
-  const size_t k = static_cast<size_t>(kCalibrationQuantile * static_cast<double>(ratios.size() - 1));
+  const size_t k =
+      static_cast<size_t>(kCalibrationQuantile * static_cast<double>(ratios.size() - 1));
   std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(k), ratios.end());
   return std::clamp(ratios[k], kMinCalibration, kMaxCalibration);
 }
@@ -200,8 +200,8 @@ AdmissionDecision DecideAdmission(const AdmissionConfig& config, const Admission
     d.message = absl::StrCat(
         "tenant '", tenant, "' is over its ",
         d.reason == AdmissionReason::kTenantRequestRate
-            ? absl::StrCat("request rate (admission requests_per_second, burst ",
-                           in.request_burst, ")")
+            ? absl::StrCat("request rate (admission requests_per_second, burst ", in.request_burst,
+                           ")")
             : absl::StrCat("token rate (admission tokens_per_second, burst ", in.token_burst,
                            "; this request costs ", in.cost_tokens, ")"),
         "; retry after ", Secs(d.retry_after));
@@ -225,8 +225,7 @@ AdmissionDecision DecideAdmission(const AdmissionConfig& config, const Admission
                              config.max_queued_requests, "); retry after ", Secs(d.retry_after));
     return d;
   }
-  if (config.max_queued_tokens > 0 &&
-      in.queued_tokens + in.own_tokens > config.max_queued_tokens) {
+  if (config.max_queued_tokens > 0 && in.queued_tokens + in.own_tokens > config.max_queued_tokens) {
     d.reason = AdmissionReason::kQueueFull;
     const int64_t excess = in.queued_tokens + in.own_tokens - config.max_queued_tokens;
     d.retry_after = SecondsSat(static_cast<double>(excess) / rate);
@@ -252,10 +251,10 @@ AdmissionDecision DecideAdmission(const AdmissionConfig& config, const Admission
   if (config.reject_past_deadline && est > in.time_left) {
     d.reason = AdmissionReason::kDeadline;
     d.retry_after = est - std::max(in.time_left, absl::ZeroDuration());
-    d.message = absl::StrCat(why, " is past the request's deadline (",
-                             Secs(std::max(in.time_left, absl::ZeroDuration())),
-                             " left); retry after ", Secs(d.retry_after),
-                             " or with a longer deadline");
+    d.message =
+        absl::StrCat(why, " is past the request's deadline (",
+                     Secs(std::max(in.time_left, absl::ZeroDuration())), " left); retry after ",
+                     Secs(d.retry_after), " or with a longer deadline");
     return d;
   }
   return d;
@@ -335,8 +334,8 @@ void AdmissionController::LeaveLocked(uint64_t ticket, absl::Time now, bool firs
   // Busy time since the last accounting point goes to this request's tokens
   // (a request that ended without a token leaves it to the next one).
   if (first_token) {
-    q.meter.Add(static_cast<double>(it->second.tokens), std::max(absl::ZeroDuration(),
-                                                                 now - q.busy_since));
+    q.meter.Add(static_cast<double>(it->second.tokens),
+                std::max(absl::ZeroDuration(), now - q.busy_since));
     q.busy_since = now;
     const absl::Duration floor = config_.max_ttft > absl::ZeroDuration()
                                      ? kCalibrationFloor * config_.max_ttft

@@ -110,13 +110,13 @@ PrefillQueue PrefillQueueFor(const RegistrySnapshot& snapshot, absl::string_view
 struct TtftInputs {
   int64_t router_queued_tokens = 0;  // this router's queue for the model
   PrefillQueue workers;
-  int64_t own_tokens = 0;            // the request's prompt tokens (all choices)
-  double rate = 1;                   // measured, tokens/s for the whole model
-  double calibration = 1;            // CalibrationFactor
+  int64_t own_tokens = 0;  // the request's prompt tokens (all choices)
+  double rate = 1;         // measured, tokens/s for the whole model
+  double calibration = 1;  // CalibrationFactor
 };
 struct TtftEstimate {
   absl::Duration ttft = absl::ZeroDuration();
-  int64_t tokens_ahead = 0;          // on the best worker
+  int64_t tokens_ahead = 0;  // on the best worker
   double calibration = 1;
 };
 // ttft = calibration x (ahead + own) / (rate / workers), ahead = max(the best
@@ -156,14 +156,14 @@ struct AdmissionInputs {
   std::string tenant;
   absl::Duration request_wait = absl::ZeroDuration();  // TokenBucket::WaitFor
   absl::Duration token_wait = absl::ZeroDuration();
-  double request_burst = 0;      // for messages
+  double request_burst = 0;  // for messages
   double token_burst = 0;
-  int64_t cost_tokens = 0;       // n x (prompt + max_tokens)
-  int32_t queued_requests = 0;   // the router's queue, before this request
+  int64_t cost_tokens = 0;      // n x (prompt + max_tokens)
+  int32_t queued_requests = 0;  // the router's queue, before this request
   int64_t queued_tokens = 0;
-  int64_t own_tokens = 0;        // what this request adds to the queue
+  int64_t own_tokens = 0;  // what this request adds to the queue
   TtftEstimate estimate;
-  double rate = 1;               // tokens/s, as the estimate used
+  double rate = 1;                                      // tokens/s, as the estimate used
   absl::Duration time_left = absl::InfiniteDuration();  // to the request's deadline
 };
 
@@ -193,9 +193,9 @@ class AdmissionController {
   explicit AdmissionController(AdmissionConfig config);
 
   struct Request {
-    uint64_t ticket = 0;       // unique per request (the router's run id)
-    std::string tenant;        // "" = kAnonymousTenant
-    std::string model;         // the queue: one per served model
+    uint64_t ticket = 0;  // unique per request (the router's run id)
+    std::string tenant;   // "" = kAnonymousTenant
+    std::string model;    // the queue: one per served model
     int64_t prompt_tokens = 0;
     int32_t max_tokens = 0;
     int32_t n = 1;
@@ -213,8 +213,8 @@ class AdmissionController {
   struct QueueState {
     int32_t requests = 0;
     int64_t tokens = 0;
-    double rate = 0;           // tokens/s
-    double calibration = 1;    // CalibrationFactor of its recent requests
+    double rate = 0;         // tokens/s
+    double calibration = 1;  // CalibrationFactor of its recent requests
     // Counts the queue's changes: of two states read by different threads,
     // the larger version is the newer (metrics drop a stale one).
     uint64_t version = 0;

@@ -44,11 +44,9 @@ absl::Status ReadRate(const YAML::Node& map, const std::string& key, const std::
 }
 
 // `node` (a map of TenantLimits keys) over *out: keys left out keep *out's.
-absl::Status ParseTenantLimits(const YAML::Node& node, const std::string& path,
-                               TenantLimits* out) {
-  RETURN_IF_ERROR(CheckKeys(node, path,
-                            {"requests_per_second", "request_burst", "tokens_per_second",
-                             "token_burst"}));
+absl::Status ParseTenantLimits(const YAML::Node& node, const std::string& path, TenantLimits* out) {
+  RETURN_IF_ERROR(CheckKeys(
+      node, path, {"requests_per_second", "request_burst", "tokens_per_second", "token_burst"}));
   RETURN_IF_ERROR(ReadRate(node, "requests_per_second", path, &out->requests_per_second));
   RETURN_IF_ERROR(ReadRate(node, "request_burst", path, &out->request_burst));
   RETURN_IF_ERROR(ReadRate(node, "tokens_per_second", path, &out->tokens_per_second));
@@ -57,10 +55,10 @@ absl::Status ParseTenantLimits(const YAML::Node& node, const std::string& path,
 }
 
 absl::Status ParseAdmission(const YAML::Node& a, AdmissionConfig* x) {
-  RETURN_IF_ERROR(CheckKeys(a, "admission",
-                            {"defaults", "tenants", "max_ttft", "reject_past_deadline",
-                             "max_queued_requests", "max_queued_tokens", "initial_prefill_rate",
-                             "rate_window"}));
+  RETURN_IF_ERROR(
+      CheckKeys(a, "admission",
+                {"defaults", "tenants", "max_ttft", "reject_past_deadline", "max_queued_requests",
+                 "max_queued_tokens", "initial_prefill_rate", "rate_window"}));
   if (a.IsMap() && a["defaults"]) {
     RETURN_IF_ERROR(ParseTenantLimits(a["defaults"], "admission.defaults", &x->defaults));
   }

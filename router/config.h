@@ -176,9 +176,9 @@ struct AuthConfig {
 // One tenant's buckets (router/admission.h); 0 = no limit / the default.
 struct TenantLimits {
   double requests_per_second = 0;
-  double request_burst = 0;       // 0 = max(requests_per_second, 1)
-  double tokens_per_second = 0;   // n x (prompt + max_tokens) of admitted requests
-  double token_burst = 0;         // 0 = max(tokens_per_second, 1)
+  double request_burst = 0;      // 0 = max(requests_per_second, 1)
+  double tokens_per_second = 0;  // n x (prompt + max_tokens) of admitted requests
+  double token_burst = 0;        // 0 = max(tokens_per_second, 1)
 };
 
 // Admission control (router/admission.h). Every limit is off by default.
@@ -189,8 +189,8 @@ struct AdmissionConfig {
   std::map<std::string, TenantLimits> tenants;
   absl::Duration max_ttft = absl::ZeroDuration();  // 0 = no SLO check
   bool reject_past_deadline = true;
-  int32_t max_queued_requests = 0;                 // 0 = no bound
-  int64_t max_queued_tokens = 0;                   // 0 = no bound
+  int32_t max_queued_requests = 0;  // 0 = no bound
+  int64_t max_queued_tokens = 0;    // 0 = no bound
   // Prompt tokens per second reaching their first token, per model, assumed
   // until measured; low on purpose (a CPU prefill of the 1.5B model).
   double initial_prefill_rate = 500;

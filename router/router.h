@@ -124,8 +124,8 @@ class Router {
   void FirstToken(uint64_t run_id, const std::string& model);
   // Admission control for run `id` (router/admission.h): OK, or the refusal
   // (counted). Admitted requests are queued until FirstToken / RunFinished.
-  absl::Status Admit(uint64_t id, const PreparedRequest& request,
-                     const RegistrySnapshot& snapshot, absl::Time now);
+  absl::Status Admit(uint64_t id, const PreparedRequest& request, const RegistrySnapshot& snapshot,
+                     absl::Time now);
   std::string AdmissionTenant(const PreparedRequest& request) const;
   // The admission queue's gauges for `model`.
   void ReportAdmissionQueue(const std::string& model);

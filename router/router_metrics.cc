@@ -129,17 +129,16 @@ void RouterMetrics::SetAdmissionQueue(const std::string& model, int32_t queued, 
   absl::MutexLock lock(&mu_);
   AdmissionGauges& g = admission_queue_[model];
   if (g.queued == nullptr) {
-    g.queued = registry_.GetGauge(
-        "tandem_admission_queued_requests",
-        "Admitted requests waiting for their first token (the admission queue).",
-        {{"model", model}});
+    g.queued =
+        registry_.GetGauge("tandem_admission_queued_requests",
+                           "Admitted requests waiting for their first token (the admission queue).",
+                           {{"model", model}});
     g.peak = registry_.GetGauge("tandem_admission_queued_requests_peak",
                                 "The most requests the admission queue held since start.",
                                 {{"model", model}});
     g.rate = registry_.GetGauge(
         "tandem_admission_prefill_rate_tokens_per_second",
-        "Measured rate at which queued prompt tokens reach their first token.",
-        {{"model", model}});
+        "Measured rate at which queued prompt tokens reach their first token.", {{"model", model}});
   }
   if (version < g.version) {
     return;

@@ -148,11 +148,11 @@ class AdmissionTest : public ::testing::Test {
                             "--kv_blocks=512", absl::StrCat("--max_running=", max_running)});
     ASSERT_TRUE(w.ok()) << w.status();
     worker_ = *std::move(w);
-    const std::string config = WriteFile(
-        "router.yaml", absl::StrCat("grpc_address: 127.0.0.1:0\nhttp_address: 127.0.0.1:0\n",
-                                    "models: [{name: stories260K, path: \"", Model(), "\"}]\n",
-                                    "workers: {static: [\"", worker_->address(), "\"]}\n",
-                                    extra_yaml));
+    const std::string config =
+        WriteFile("router.yaml",
+                  absl::StrCat("grpc_address: 127.0.0.1:0\nhttp_address: 127.0.0.1:0\n",
+                               "models: [{name: stories260K, path: \"", Model(), "\"}]\n",
+                               "workers: {static: [\"", worker_->address(), "\"]}\n", extra_yaml));
     ChildOptions options;
     options.argv = {TANDEM_ROUTER_BIN, "--config=" + config};
     options.log_dir = tandem::testing::TempDir();
@@ -251,9 +251,9 @@ TEST_F(AdmissionTest, TwiceTheCapacityKeepsAdmittedRequestsWithinTheSloAndMemory
   constexpr int kMaxQueued = 64;
   constexpr double kMaxTtftS = 0.5;
   ASSERT_NO_FATAL_FAILURE(StartCluster(
-      2, absl::StrCat("limits: {max_inflight: 1024}\nadmission:\n  max_ttft: ", kMaxTtftS,
-                      "s\n  max_queued_requests: ", kMaxQueued,
-                      "\n  initial_prefill_rate: 200\n")));
+      2,
+      absl::StrCat("limits: {max_inflight: 1024}\nadmission:\n  max_ttft: ", kMaxTtftS,
+                   "s\n  max_queued_requests: ", kMaxQueued, "\n  initial_prefill_rate: 200\n")));
   const v1::GenerateRequest req = Story(96);
 
   // Capacity: a closed loop of 8 clients (four times the worker's batch,
@@ -345,16 +345,15 @@ TEST_F(AdmissionTest, TwiceTheCapacityKeepsAdmittedRequestsWithinTheSloAndMemory
   const std::string metrics = Metrics();
   const std::string model = "model=\"stories260K\"";
   const std::string le_slo = absl::StrCat("le=\"", kMaxTtftS, "\"");
-  std::printf("[ measured ] router-side TTFT (admission to first token) within the SLO: %.0f of "
-              "%.0f requests (both phases)\n",
-              MetricValue(metrics, "tandem_router_time_to_first_token_seconds_bucket",
-                          {model, le_slo}),
-              MetricValue(metrics, "tandem_router_time_to_first_token_seconds_count", {model}));
+  std::printf(
+      "[ measured ] router-side TTFT (admission to first token) within the SLO: %.0f of "
+      "%.0f requests (both phases)\n",
+      MetricValue(metrics, "tandem_router_time_to_first_token_seconds_bucket", {model, le_slo}),
+      MetricValue(metrics, "tandem_router_time_to_first_token_seconds_count", {model}));
   const double admitted =
       MetricValue(metrics, "tandem_admission_estimated_ttft_seconds_count", {model});
   EXPECT_GE(admitted, kProbe + ok) << metrics;
-  EXPECT_EQ(MetricValue(metrics, "tandem_admission_estimated_ttft_seconds_bucket",
-                        {model, le_slo}),
+  EXPECT_EQ(MetricValue(metrics, "tandem_admission_estimated_ttft_seconds_bucket", {model, le_slo}),
             admitted)
       << metrics;
   const double peak = MetricValue(metrics, "tandem_admission_queued_requests_peak", {model});

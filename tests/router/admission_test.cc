@@ -31,8 +31,8 @@ constexpr double kEps = 1e-9;
   if (absl::AbsDuration(got - want) <= absl::Microseconds(1)) {
     return ::testing::AssertionSuccess();
   }
-  return ::testing::AssertionFailure() << absl::FormatDuration(got) << ", want "
-                                       << absl::FormatDuration(want);
+  return ::testing::AssertionFailure()
+         << absl::FormatDuration(got) << ", want " << absl::FormatDuration(want);
 }
 
 // --- TokenBucket ----------------------------------------------------------------
@@ -256,8 +256,8 @@ TEST(DecideAdmissionTest, QueueBoundsWithTheDrainTimeAsRetryAfter) {
   EXPECT_EQ(d.reason, AdmissionReason::kQueueFull);
   // One request of the mean size (200 tokens) must drain at 1000 tokens/s.
   EXPECT_TRUE(Near(d.retry_after, absl::Milliseconds(200)));
-  EXPECT_THAT(d.ToStatus(), StatusIs(absl::StatusCode::kResourceExhausted,
-                                     HasSubstr("max_queued_requests 10")));
+  EXPECT_THAT(d.ToStatus(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_queued_requests 10")));
 
   in = Busy();
   in.queued_tokens = 4900;  // + 200 over 5000

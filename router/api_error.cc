@@ -13,6 +13,7 @@ namespace {
 
 constexpr char kParamUrl[] = "type.googleapis.com/tandem.router.ErrorParam";
 constexpr char kCodeUrl[] = "type.googleapis.com/tandem.router.ErrorCode";
+constexpr char kRetryAfterUrl[] = "type.googleapis.com/tandem.router.RetryAfter";
 
 std::string Payload(const absl::Status& s, absl::string_view url) {
   absl::optional<absl::Cord> p = s.GetPayload(url);
@@ -107,8 +108,22 @@ std::string OpenAiErrorJson(const absl::Status& s) {
 }
 
 std::string RetryAfterSeconds(absl::Duration d) {
-  double s = std::ceil(absl::ToDoubleSeconds(d));
+  // Capped at a day: an infinite or absurd wait must still print an integer.
+  double s = std::min(std::ceil(absl::ToDoubleSeconds(d)), 86400.0);
   return std::to_string(static_cast<int64_t>(std::max(1.0, s)));
+}
+
+absl::Status WithRetryAfter(absl::Status s, absl::Duration retry_after) {
+  if (!s.ok()) {
+    s.SetPayload(kRetryAfterUrl, absl::Cord(absl::FormatDuration(retry_after)));
+  }
+  return s;
+}
+
+absl::Duration RetryAfter(const absl::Status& s, absl::Duration fallback) {
+  absl::Duration d;
+  const std::string text = Payload(s, kRetryAfterUrl);
+  return !text.empty() && absl::ParseDuration(text, &d) ? d : fallback;
 }
 
 }  // namespace tandem::router

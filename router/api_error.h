@@ -36,7 +36,15 @@ std::string OpenAiErrorType(absl::StatusCode code);
 // `code` are null when absent; code defaults to the lower-case status code name.
 std::string OpenAiErrorJson(const absl::Status& s);
 
-// Retry-After header value (whole seconds, at least 1).
+// Retry-After header value (whole seconds rounded up, at least 1, at most
+// 86400).
 std::string RetryAfterSeconds(absl::Duration d);
+
+// Attaches when the client should retry (admission control computes it per
+// refusal: router/admission.h) to a non-OK status; the HTTP front sends it as
+// Retry-After, the gRPC front as trailing metadata `retry-after`.
+absl::Status WithRetryAfter(absl::Status s, absl::Duration retry_after);
+// The attached duration, else `fallback`.
+absl::Duration RetryAfter(const absl::Status& s, absl::Duration fallback);
 
 }  // namespace tandem::router

@@ -1,6 +1,8 @@
 #include "router/config.h"
 
+#include <cmath>
 #include <filesystem>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -29,7 +31,105 @@ std::string ResolvePath(const std::string& path, absl::string_view base_dir) {
   return (std::filesystem::path(std::string(base_dir)) / path).lexically_normal().string();
 }
 
+// A number (integer or decimal) at map[key]; untouched when absent.
+absl::Status ReadRate(const YAML::Node& map, const std::string& key, const std::string& path,
+                      double* out) {
+  std::string text;
+  RETURN_IF_ERROR(ReadString(map, key, path, &text));
+  if (!text.empty() && !absl::SimpleAtod(text, out)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(internal::JoinPath(path, key), ": want a number, got '", text, "'"));
+  }
+  return absl::OkStatus();
+}
+
+// `node` (a map of TenantLimits keys) over *out: keys left out keep *out's.
+absl::Status ParseTenantLimits(const YAML::Node& node, const std::string& path, TenantLimits* out) {
+  RETURN_IF_ERROR(CheckKeys(
+      node, path, {"requests_per_second", "request_burst", "tokens_per_second", "token_burst"}));
+  RETURN_IF_ERROR(ReadRate(node, "requests_per_second", path, &out->requests_per_second));
+  RETURN_IF_ERROR(ReadRate(node, "request_burst", path, &out->request_burst));
+  RETURN_IF_ERROR(ReadRate(node, "tokens_per_second", path, &out->tokens_per_second));
+  RETURN_IF_ERROR(ReadRate(node, "token_burst", path, &out->token_burst));
+  return absl::OkStatus();
+}
+
+absl::Status ParseAdmission(const YAML::Node& a, AdmissionConfig* x) {
+  RETURN_IF_ERROR(
+      CheckKeys(a, "admission",
+                {"defaults", "tenants", "max_ttft", "reject_past_deadline", "max_queued_requests",
+                 "max_queued_tokens", "initial_prefill_rate", "rate_window"}));
+  if (a.IsMap() && a["defaults"]) {
+    RETURN_IF_ERROR(ParseTenantLimits(a["defaults"], "admission.defaults", &x->defaults));
+  }
+  if (a.IsMap() && a["tenants"] && !a["tenants"].IsNull()) {
+    const YAML::Node tenants = a["tenants"];
+    if (!tenants.IsMap()) {
+      return absl::InvalidArgumentError(
+          "admission.tenants: want a map of tenant name -> {requests_per_second, ...}");
+    }
+    for (const auto& kv : tenants) {
+      const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : "";
+      if (name.empty()) {
+        return absl::InvalidArgumentError("admission.tenants: a tenant name is empty");
+      }
+      TenantLimits limits = x->defaults;
+      RETURN_IF_ERROR(ParseTenantLimits(kv.second, "admission.tenants." + name, &limits));
+      x->tenants[name] = limits;
+    }
+  }
+  RETURN_IF_ERROR(ReadDuration(a, "max_ttft", "admission", &x->max_ttft));
+  RETURN_IF_ERROR(ReadBool(a, "reject_past_deadline", "admission", &x->reject_past_deadline));
+  RETURN_IF_ERROR(ReadInt32(a, "max_queued_requests", "admission", &x->max_queued_requests));
+  RETURN_IF_ERROR(ReadInt(a, "max_queued_tokens", "admission", &x->max_queued_tokens));
+  RETURN_IF_ERROR(ReadRate(a, "initial_prefill_rate", "admission", &x->initial_prefill_rate));
+  RETURN_IF_ERROR(ReadDuration(a, "rate_window", "admission", &x->rate_window));
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+const TenantLimits& AdmissionConfig::LimitsFor(const std::string& tenant) const {
+  auto it = tenants.find(tenant);
+  return it == tenants.end() ? defaults : it->second;
+}
+
+absl::Status AdmissionConfig::Validate() const {
+  std::vector<std::pair<std::string, const TenantLimits*>> all = {
+      {"admission.defaults", &defaults}};
+  for (const auto& [name, limits] : tenants) {
+    all.emplace_back("admission.tenants." + name, &limits);
+  }
+  for (const auto& [path, l] : all) {
+    for (const auto& [key, value] :
+         {std::pair<const char*, double>{"requests_per_second", l->requests_per_second},
+          {"request_burst", l->request_burst},
+          {"tokens_per_second", l->tokens_per_second},
+          {"token_burst", l->token_burst}}) {
+      if (!(value >= 0) || std::isinf(value)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ".", key, " must be a finite number >= 0, got ", value));
+      }
+    }
+  }
+  if (max_ttft < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("admission.max_ttft must be >= 0 (0 = off)");
+  }
+  if (max_queued_requests < 0 || max_queued_tokens < 0) {
+    return absl::InvalidArgumentError(
+        "admission.max_queued_requests and admission.max_queued_tokens must be >= 0 (0 = no "
+        "bound)");
+  }
+  if (!(initial_prefill_rate > 0) || std::isinf(initial_prefill_rate)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "admission.initial_prefill_rate must be a positive number of tokens per second, got ",
+        initial_prefill_rate));
+  }
+  if (rate_window <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("admission.rate_window must be positive");
+  }
+  return absl::OkStatus();
+}
 
 absl::string_view RoutingModeName(RoutingMode mode) {
   switch (mode) {
@@ -207,6 +307,7 @@ absl::Status RouterConfig::Validate() const {
           absl::StrCat("auth.keys_env: '", auth.keys_env, "' is not an environment variable name"));
     }
   }
+  RETURN_IF_ERROR(admission.Validate());
   RETURN_IF_ERROR(ValidateSemanticCache(*this));
   RETURN_IF_ERROR(routing.Validate());
   for (size_t i = 0; i < models.size() && routing.enabled(); ++i) {
@@ -426,7 +527,8 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
                              "http_threads", "http_backlog", "models", "workers", "internal_tls",
                              "allow_insecure_internal", "limits", "auth",
                              "expose_route_workers", "embedding",
-                             "semantic_cache", "routing", "placement"}));
+                             "semantic_cache", "routing", "placement",
+                             "admission"}));
   RETURN_IF_ERROR(ReadString(root, "grpc_address", "", &c.grpc_address));
   RETURN_IF_ERROR(ReadString(root, "http_address", "", &c.http_address));
   std::string mode(RoutingModeName(c.mode));
@@ -527,6 +629,9 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
   RETURN_IF_ERROR(ParseEmbedding(root, base_dir, &c.embedding));
   RETURN_IF_ERROR(ParseSemanticCache(root, &c.semantic_cache));
   RETURN_IF_ERROR(ParseRouting(root, base_dir, &c.routing));
+  if (root && root.IsMap() && root["admission"]) {
+    RETURN_IF_ERROR(ParseAdmission(root["admission"], &c.admission));
+  }
   return c;
 }
 

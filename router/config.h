@@ -110,6 +110,29 @@
 //                                   # kv_aware weighs the prompt prefix a
 //                                   # worker's prefix cache holds against its
 //                                   # queue (router/picker.h has the cost)
+//   admission:                      # admission control (router/admission.h); every
+//                                   # limit off by default. Decided before any
+//                                   # worker is called; a refusal is 429 /
+//                                   # RESOURCE_EXHAUSTED with Retry-After
+//     defaults:                     # every tenant's buckets (the API key's tenant;
+//                                   # "anonymous" when keys are off)
+//       requests_per_second: 0      # request bucket refill; 0 = no limit
+//       request_burst: 0            # its size; 0 = max(requests_per_second, 1)
+//       tokens_per_second: 0        # token bucket: n x (prompt + max_tokens) per
+//                                   # request; 0 = no limit
+//       token_burst: 0              # its size; 0 = max(tokens_per_second, 1); a
+//                                   # request costing more is refused 400
+//     tenants:                      # per-tenant overrides; keys left out inherit
+//       acme: {requests_per_second: 20, tokens_per_second: 50000}
+//     max_ttft: 0s                  # the TTFT SLO: refuse a request whose estimated
+//                                   # time to first token exceeds it; 0 = off
+//     reject_past_deadline: true    # refuse a request whose estimate exceeds the
+//                                   # time left to its deadline
+//     max_queued_requests: 0        # waiting queue per model (admitted, no first
+//                                   # token yet); 0 = no bound
+//     max_queued_tokens: 0          # the same in prompt tokens; 0 = no bound
+//     initial_prefill_rate: 500     # tokens/s assumed before measurements
+//     rate_window: 10s              # the measured rate averages this much busy time
 
 #include <cstdint>
 #include <map>
@@ -234,6 +257,35 @@ struct RoutingConfig {
   absl::Status Validate() const;
 };
 
+// One tenant's buckets (router/admission.h); 0 = no limit / the default.
+struct TenantLimits {
+  double requests_per_second = 0;
+  double request_burst = 0;      // 0 = max(requests_per_second, 1)
+  double tokens_per_second = 0;  // n x (prompt + max_tokens) of admitted requests
+  double token_burst = 0;        // 0 = max(tokens_per_second, 1)
+};
+
+// Admission control (router/admission.h). Every limit is off by default.
+struct AdmissionConfig {
+  TenantLimits defaults;
+  // By tenant name (the API key's; "anonymous" with keys off). An override
+  // inherits each key it leaves out from `defaults`.
+  std::map<std::string, TenantLimits> tenants;
+  absl::Duration max_ttft = absl::ZeroDuration();  // 0 = no SLO check
+  bool reject_past_deadline = true;
+  int32_t max_queued_requests = 0;  // 0 = no bound
+  int64_t max_queued_tokens = 0;    // 0 = no bound
+  // Prompt tokens per second reaching their first token, per model, assumed
+  // until measured; low on purpose (a CPU prefill of the 1.5B model).
+  double initial_prefill_rate = 500;
+  absl::Duration rate_window = absl::Seconds(10);
+
+  // The tenant's override, else the defaults.
+  const TenantLimits& LimitsFor(const std::string& tenant) const;
+  // InvalidArgument naming the admission.* key.
+  absl::Status Validate() const;
+};
+
 struct RouterConfig {
   std::string grpc_address = "0.0.0.0:50051";
   std::string http_address = "0.0.0.0:8080";
@@ -255,6 +307,7 @@ struct RouterConfig {
   SemanticCacheConfig semantic_cache;
   RoutingConfig routing;
   Placement placement = Placement::kKvAware;
+  AdmissionConfig admission;
 
   // InvalidArgument naming the field; FailedPrecondition for a non-loopback
   // worker address (static or dns) without internal_tls unless

@@ -10,6 +10,7 @@
 #include "common/base/logging.h"
 #include "common/base/utf8.h"
 #include "proto/grpc_status.h"
+#include "router/api_error.h"
 #include "router/request.h"
 
 namespace tandem::router {
@@ -54,6 +55,18 @@ absl::StatusOr<Tenant> CallerTenant(const ApiKeys& keys, grpc::CallbackServerCon
                                : absl::string_view(it->second.data(), it->second.size()));
 }
 
+// A refusal the client should retry later (RESOURCE_EXHAUSTED, UNAVAILABLE)
+// carries when, as trailing metadata `retry-after` in whole seconds (the
+// HTTP front's Retry-After): the status's own (admission control), else
+// limits.retry_after.
+void AddRetryAfter(grpc::CallbackServerContext& context, const absl::Status& s,
+                   absl::Duration fallback) {
+  if (s.code() == absl::StatusCode::kResourceExhausted ||
+      s.code() == absl::StatusCode::kUnavailable) {
+    context.AddTrailingMetadata("retry-after", RetryAfterSeconds(RetryAfter(s, fallback)));
+  }
+}
+
 // Streams one Generate call. Owned by gRPC (deleted in OnDone). The
 // observer (Sink) is owned by the request run and points back here; the
 // writer stays alive until OnComplete because Finish is only called from it
@@ -92,6 +105,7 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
         router_.Start(*std::move(prepared), sink);
     if (!handle.ok()) {
+      AddRetryAfter(*context, handle.status(), router_.config().limits.retry_after);
       Finish(proto::ToGrpcStatus(handle.status()));
       return;
     }

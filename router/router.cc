@@ -74,7 +74,8 @@ Router::Router(RouterConfig config, ModelCatalog catalog, SnapshotSource snapsho
       snapshots_(std::move(snapshots)),
       clock_(clock),
       embedder_(std::move(embedder)),
-      metrics_(metrics) {
+      metrics_(metrics),
+      admission_(config_.admission) {
   if (config_.semantic_cache.enabled) {
     cache_ = std::make_unique<SemanticCache>(config_.semantic_cache,
                                              embedder_ != nullptr ? embedder_->dim() : 0, clock_);
@@ -252,6 +253,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Router::Start(
   if (inflight_.fetch_add(1, std::memory_order_relaxed) >= max) {
     inflight_.fetch_sub(1, std::memory_order_relaxed);
     metrics_.rejected->Increment();
+    metrics_.CountAdmissionRejection("max_inflight", AdmissionTenant(request));
     absl::Status s = absl::ResourceExhaustedError(
         absl::StrCat("the router is at capacity (", max, " requests in flight); retry after ",
                      absl::FormatDuration(config_.limits.retry_after)));
@@ -262,6 +264,13 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Router::Start(
 
   std::shared_ptr<const RegistrySnapshot> snapshot = snapshots_();
   const absl::Time now = clock_.Now();
+  if (absl::Status s = Admit(id, request, *snapshot, now); !s.ok()) {
+    metrics_.rejected->Increment();
+    inflight_.fetch_sub(1, std::memory_order_relaxed);
+    metrics_.inflight->Set(inflight_.load(std::memory_order_relaxed));
+    RecordRejected(model, s);
+    return s;
+  }
   std::vector<RouteDecision> routes;
   PickRequest pr;
   pr.model = request.model->worker_model_id();
@@ -275,6 +284,8 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Router::Start(
   for (int32_t i = 0; i < request.n; ++i) {
     absl::StatusOr<RouteDecision> r = PickRoute(*snapshot, pr, now);
     if (!r.ok()) {
+      admission_.Finished(id, now);
+      ReportAdmissionQueue(model);
       inflight_.fetch_sub(1, std::memory_order_relaxed);
       metrics_.inflight->Set(inflight_.load(std::memory_order_relaxed));
       metrics_.CountRoute(model, "none");
@@ -355,8 +366,49 @@ void Router::RunFinished(uint64_t run_id, const absl::Status& status,
       absl::ToDoubleSeconds(s.queue), absl::ToDoubleSeconds(s.ttft), absl::ToDoubleSeconds(tpot),
       absl::ToDoubleSeconds(s.prefill), absl::ToDoubleSeconds(s.kv_transfer), e2e,
       status.ok() ? "" : absl::StrCat(" error=\"", absl::CHexEscape(status.message()), "\""));
+  admission_.Finished(run_id, clock_.Now());
+  ReportAdmissionQueue(s.model);
   absl::MutexLock lock(&mu_);
   runs_.erase(run_id);
+}
+
+std::string Router::AdmissionTenant(const PreparedRequest& request) const {
+  return tenants_from_keys_.load(std::memory_order_relaxed) && !request.tenant.empty()
+             ? request.tenant
+             : std::string(kAnonymousTenant);
+}
+
+absl::Status Router::Admit(uint64_t id, const PreparedRequest& request,
+                           const RegistrySnapshot& snapshot, absl::Time now) {
+  AdmissionController::Request r;
+  r.ticket = id;
+  r.tenant = AdmissionTenant(request);
+  r.model = request.model->name();
+  r.prompt_tokens = static_cast<int64_t>(request.prompt_ids.size());
+  r.max_tokens = request.max_tokens;
+  r.n = request.n;
+  r.deadline = request.deadline;
+  const AdmissionDecision d = admission_.Admit(
+      r, PrefillQueueFor(snapshot, request.model->worker_model_id(), config_.mode, now), now);
+  if (!d.admitted()) {
+    metrics_.CountAdmissionRejection(AdmissionReasonName(d.reason), r.tenant);
+    VLOG(1) << "admission: request_id=" << request.request_id << " tenant=" << r.tenant
+            << " refused: " << d.message;
+    return d.ToStatus();
+  }
+  metrics_.ObserveAdmittedEstimate(r.model, d.estimated_ttft, config_.admission.max_ttft);
+  ReportAdmissionQueue(r.model);
+  return absl::OkStatus();
+}
+
+void Router::FirstToken(uint64_t run_id, const std::string& model) {
+  admission_.FirstToken(run_id, clock_.Now());
+  ReportAdmissionQueue(model);
+}
+
+void Router::ReportAdmissionQueue(const std::string& model) {
+  const AdmissionController::QueueState q = admission_.queue(model);
+  metrics_.SetAdmissionQueue(model, q.requests, q.peak_requests, q.rate, q.version);
 }
 
 void Router::ReleaseSlot() {

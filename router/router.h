@@ -32,6 +32,7 @@
 #include "common/base/clock.h"
 #include "common/base/metrics.h"
 #include "router/complexity.h"
+#include "router/admission.h"
 #include "router/config.h"
 #include "router/embedder.h"
 #include "router/generation.h"
@@ -80,9 +81,13 @@ class Router {
                                           absl::Time client_deadline) const;
 
   // Admits and starts a request. Synchronous errors: RESOURCE_EXHAUSTED when
-  // max_inflight requests are running (retry after limits.retry_after),
-  // UNAVAILABLE when no worker fits or the router is shutting down. On OK the
-  // observer receives the request's events and exactly one OnComplete.
+  // max_inflight requests are running (retry after limits.retry_after) or
+  // admission control refuses it (router/admission.h: the tenant's buckets,
+  // the queue bound, the estimated time to first token; the status carries
+  // its Retry-After, see WithRetryAfter), INVALID_ARGUMENT when it costs
+  // more than its tenant's token burst, UNAVAILABLE when no worker fits or
+  // the router is shutting down. On OK the observer receives the request's
+  // events and exactly one OnComplete.
   absl::StatusOr<std::shared_ptr<RequestHandle>> Start(
       PreparedRequest request, std::shared_ptr<GenerationObserver> observer);
 
@@ -112,6 +117,12 @@ class Router {
   const ComplexityRouter* routing() const { return routing_.get(); }
   const absl::Status& routing_status() const { return routing_status_; }
 
+  // Whether request tenants come from API keys (router/auth.h). Off (the
+  // default): admission control counts every request as the anonymous
+  // tenant, whatever tenant a client claims. Call before serving.
+  void SetTenantsFromApiKeys(bool on) { tenants_from_keys_.store(on, std::memory_order_relaxed); }
+  const AdmissionController& admission() const { return admission_; }
+
  private:
   friend class internal::RequestRun;
   friend class internal::ChoiceCall;
@@ -139,6 +150,15 @@ class Router {
   // Prepare for a request complexity routing resolves.
   absl::StatusOr<PreparedRequest> PrepareRouted(const GenerationRequest& request,
                                                 absl::Time client_deadline) const;
+  // RequestRun: the run's first token arrived (it leaves the admission queue).
+  void FirstToken(uint64_t run_id, const std::string& model);
+  // Admission control for run `id` (router/admission.h): OK, or the refusal
+  // (counted). Admitted requests are queued until FirstToken / RunFinished.
+  absl::Status Admit(uint64_t id, const PreparedRequest& request, const RegistrySnapshot& snapshot,
+                     absl::Time now);
+  std::string AdmissionTenant(const PreparedRequest& request) const;
+  // The admission queue's gauges for `model`.
+  void ReportAdmissionQueue(const std::string& model);
 
   const RouterConfig config_;
   const ModelCatalog catalog_;
@@ -158,6 +178,9 @@ class Router {
       ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ComplexityRouter> routing_;  // built in the constructor, then read-only
   absl::Status routing_status_;
+
+  AdmissionController admission_;
+  std::atomic<bool> tenants_from_keys_{false};
 };
 
 }  // namespace tandem::router

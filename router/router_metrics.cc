@@ -1,5 +1,7 @@
 #include "router/router_metrics.h"
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
 
 namespace tandem::router {
@@ -104,6 +106,71 @@ void RouterMetrics::SetWorkersUp(const RegistrySnapshot& snapshot, absl::Time no
   up_colocated_->Set(snapshot.CountLive(WorkerRole::kColocated, now));
   prefix_index_blocks->Set(
       snapshot.prefixes == nullptr ? 0 : static_cast<double>(snapshot.prefixes->total_blocks()));
+}
+
+void RouterMetrics::CountAdmissionRejection(absl::string_view reason, const std::string& tenant) {
+  base::Counter* c;
+  {
+    absl::MutexLock lock(&mu_);
+    base::Counter*& slot = admission_rejections_[{std::string(reason), tenant}];
+    if (slot == nullptr) {
+      slot = registry_.GetCounter(
+          "tandem_admission_rejections_total",
+          "Requests refused by admission control, by limit and tenant (router/admission.h).",
+          {{"reason", std::string(reason)}, {"tenant", tenant}});
+    }
+    c = slot;
+  }
+  c->Increment();
+}
+
+void RouterMetrics::ObserveAdmittedEstimate(const std::string& model, absl::Duration estimate,
+                                            absl::Duration slo) {
+  base::Histogram* h;
+  {
+    absl::MutexLock lock(&mu_);
+    base::Histogram*& slot = admission_estimate_[model];
+    if (slot == nullptr) {
+      std::vector<double> bounds = base::LatencyBuckets();
+      if (slo > absl::ZeroDuration()) {
+        const double s = absl::ToDoubleSeconds(slo);
+        if (std::find(bounds.begin(), bounds.end(), s) == bounds.end()) {
+          bounds.insert(std::upper_bound(bounds.begin(), bounds.end(), s), s);
+        }
+      }
+      slot = registry_.GetHistogram(
+          "tandem_admission_estimated_ttft_seconds",
+          "Estimated time to first token of each admitted request, at admission.", bounds,
+          {{"model", model}});
+    }
+    h = slot;
+  }
+  h->Observe(absl::ToDoubleSeconds(estimate));
+}
+
+void RouterMetrics::SetAdmissionQueue(const std::string& model, int32_t queued, int32_t peak,
+                                      double rate, uint64_t version) {
+  absl::MutexLock lock(&mu_);
+  AdmissionGauges& g = admission_queue_[model];
+  if (g.queued == nullptr) {
+    g.queued =
+        registry_.GetGauge("tandem_admission_queued_requests",
+                           "Admitted requests waiting for their first token (the admission queue).",
+                           {{"model", model}});
+    g.peak = registry_.GetGauge("tandem_admission_queued_requests_peak",
+                                "The most requests the admission queue held since start.",
+                                {{"model", model}});
+    g.rate = registry_.GetGauge(
+        "tandem_admission_prefill_rate_tokens_per_second",
+        "Measured rate at which queued prompt tokens reach their first token.", {{"model", model}});
+  }
+  if (version < g.version) {
+    return;
+  }
+  g.version = version;
+  g.queued->Set(queued);
+  g.peak->Set(peak);
+  g.rate->Set(rate);
 }
 
 }  // namespace tandem::router

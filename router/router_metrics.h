@@ -12,7 +12,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/base/metrics.h"
 #include "router/registry.h"
 
@@ -42,6 +44,22 @@ class RouterMetrics {
   base::Counter* worker_failures;         // tandem_router_worker_failures_total
   base::Gauge* prefix_index_blocks;       // tandem_router_prefix_index_blocks (all workers)
 
+  // Admission control (router/admission.h); tenants come from the API keys
+  // ("anonymous" with keys off), so the label set stays bounded.
+  // tandem_admission_rejections_total{reason,tenant}
+  void CountAdmissionRejection(absl::string_view reason, const std::string& tenant);
+  // tandem_admission_estimated_ttft_seconds{model}: the estimate of every
+  // admitted request; `slo` (admission.max_ttft, 0 = none) is a bucket bound.
+  void ObserveAdmittedEstimate(const std::string& model, absl::Duration estimate,
+                               absl::Duration slo);
+  // tandem_admission_queued_requests{model} (now) and
+  // tandem_admission_queued_requests_peak{model} (the most since start), and
+  // tandem_admission_prefill_rate_tokens_per_second{model} (measured), from
+  // the queue's state at `version` (ignored when older than one already set:
+  // threads race to report).
+  void SetAdmissionQueue(const std::string& model, int32_t queued, int32_t peak, double rate,
+                         uint64_t version);
+
  private:
   base::Histogram* ModelHistogram(std::map<std::string, base::Histogram*>& cache, const std::string& name,
                             const std::string& help, const std::string& model)
@@ -56,6 +74,16 @@ class RouterMetrics {
   std::map<std::string, base::Histogram*> e2e_ ABSL_GUARDED_BY(mu_);
   std::map<std::tuple<bool, std::string, std::string>, base::Counter*> cache_counters_
       ABSL_GUARDED_BY(mu_);
+  struct AdmissionGauges {
+    base::Gauge* queued = nullptr;
+    base::Gauge* peak = nullptr;
+    base::Gauge* rate = nullptr;
+    uint64_t version = 0;
+  };
+  std::map<std::pair<std::string, std::string>, base::Counter*> admission_rejections_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, base::Histogram*> admission_estimate_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, AdmissionGauges> admission_queue_ ABSL_GUARDED_BY(mu_);
   base::Gauge* up_prefill_;
   base::Gauge* up_decode_;
   base::Gauge* up_colocated_;

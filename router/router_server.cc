@@ -82,6 +82,7 @@ RouterServer::RouterServer(RouterConfig config, ModelCatalog catalog, ApiKeys ap
       service_(router_, api_keys_),
       http_(router_, metrics_, api_keys_, [this] { return Live(); }) {
   router_for_watcher_.store(&router_);
+  router_.SetTenantsFromApiKeys(api_keys_.enabled());
 }
 
 RouterServer::~RouterServer() { Shutdown(absl::ZeroDuration()); }

@@ -141,7 +141,7 @@ HttpResponse ErrorResponse(const absl::Status& s, absl::Duration retry_after) {
   HttpResponse r = JsonResponse(HttpStatusFor(s.code()), OpenAiErrorJson(s));
   if (s.code() == absl::StatusCode::kResourceExhausted ||
       s.code() == absl::StatusCode::kUnavailable) {
-    r.headers.emplace_back("Retry-After", RetryAfterSeconds(retry_after));
+    r.headers.emplace_back("Retry-After", RetryAfterSeconds(RetryAfter(s, retry_after)));
   }
   return r;
 }

@@ -141,7 +141,8 @@ class GenerationExchange : public std::enable_shared_from_this<GenerationExchang
 };
 
 // The OpenAI error body with the matching HTTP status (and Retry-After when
-// the client should retry).
+// the client should retry: the status's own (WithRetryAfter), else
+// `retry_after`).
 HttpResponse ErrorResponse(const absl::Status& s, absl::Duration retry_after);
 
 // Routes one parsed request. With API keys configured, every route (unknown

@@ -86,6 +86,7 @@ void RequestRun::CancelWith(const absl::Status& why) {
 }
 
 void RequestRun::OnOutput(int32_t index, int32_t attempt, ChoiceDelta delta) {
+  bool first = false;
   {
     absl::MutexLock lock(&mu_);
     if (completed_ || choices_[index].attempt != attempt) {
@@ -95,10 +96,14 @@ void RequestRun::OnOutput(int32_t index, int32_t attempt, ChoiceDelta delta) {
     if (!delta.tokens.empty()) {
       if (first_token_at_ == absl::InfinitePast()) {
         first_token_at_ = now;
+        first = true;
       }
       last_token_at_ = now;
     }
     EnqueueLocked([d = std::move(delta)](GenerationObserver& o) { o.OnDelta(d); });
+  }
+  if (first) {
+    router_.FirstToken(id_, request_.model->name());  // leaves the admission queue
   }
   Flush();
 }

@@ -30,26 +30,10 @@ using json = nlohmann::json;
 using ::tandem::testing::ChildOptions;
 using ::tandem::testing::ChildProcess;
 using ::tandem::testing::Eventually;
+using ::tandem::testing::RssBytes;
 using testing::RawConn;
 using testing::RawResponse;
 using ::testing::HasSubstr;
-
-// VmRSS of `pid` in bytes; -1 when unreadable.
-int64_t RssBytes(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    absl::string_view v = line;
-    if (absl::ConsumePrefix(&v, "VmRSS:")) {
-      int64_t kb = 0;
-      v = absl::StripAsciiWhitespace(v);
-      if (absl::SimpleAtoi(v.substr(0, v.find(' ')), &kb)) {
-        return kb * 1024;
-      }
-    }
-  }
-  return -1;
-}
 
 RawResponse PostCompletion(int port, const std::string& body) {
   std::unique_ptr<RawConn> c = RawConn::Start(port);

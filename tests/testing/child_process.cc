@@ -347,4 +347,20 @@ absl::StatusOr<RunResult> RunToCompletion(std::vector<std::string> argv, absl::D
   return r;
 }
 
+int64_t RssBytes(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    absl::string_view v = line;
+    if (absl::ConsumePrefix(&v, "VmRSS:")) {
+      int64_t kb = 0;
+      v = absl::StripAsciiWhitespace(v);
+      if (absl::SimpleAtoi(v.substr(0, v.find(' ')), &kb)) {
+        return kb * 1024;
+      }
+    }
+  }
+  return -1;
+}
+
 }  // namespace tandem::testing

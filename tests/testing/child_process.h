@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -111,5 +112,8 @@ struct RunResult {
 // than `timeout`.
 absl::StatusOr<RunResult> RunToCompletion(std::vector<std::string> argv,
                                           absl::Duration timeout = absl::Minutes(5));
+
+// The resident memory (VmRSS) of process `pid` in bytes; -1 when unreadable.
+int64_t RssBytes(pid_t pid);
 
 }  // namespace tandem::testing

@@ -1,0 +1,392 @@
+#include "router/admission.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "router/api_error.h"
+
+namespace tandem::router {
+namespace {
+
+// A duration of `seconds`, saturating (a rate of 1e-300 must not overflow).
+absl::Duration SecondsSat(double seconds) {
+  if (!(seconds < 1e9)) {
+    return absl::InfiniteDuration();
+  }
+  return absl::Seconds(std::max(0.0, seconds));
+}
+
+std::string Secs(absl::Duration d) {
+  return d == absl::InfiniteDuration() ? "inf" : absl::StrFormat("%.3fs", absl::ToDoubleSeconds(d));
+}
+
+}  // namespace
+
+// --- TokenBucket ----------------------------------------------------------------
+
+TokenBucket::TokenBucket(double rate, double burst, absl::Time now)
+    : rate_(rate > 0 ? rate : 0),
+      burst_(rate > 0 ? (burst > 0 ? burst : std::max(rate, 1.0)) : 0),
+      tokens_(burst_),
+      last_(now) {}
+
+void TokenBucket::Refill(absl::Time now) {
+  if (now > last_) {
+    tokens_ = std::min(burst_, tokens_ + rate_ * absl::ToDoubleSeconds(now - last_));
+    last_ = now;
+  }
+}
+
+double TokenBucket::available(absl::Time now) const {
+  if (!limited()) {
+    return burst_;
+  }
+  TokenBucket b = *this;
+  b.Refill(now);
+  return b.tokens_;
+}
+
+absl::Duration TokenBucket::WaitFor(double amount, absl::Time now) const {
+  if (!limited()) {
+    return absl::ZeroDuration();
+  }
+  if (amount > burst_) {
+    return absl::InfiniteDuration();
+  }
+  const double have = available(now);
+  if (have >= amount) {
+    return absl::ZeroDuration();
+  }
+  return SecondsSat((amount - have) / rate_);
+}
+
+void TokenBucket::Take(double amount, absl::Time now) {
+  if (!limited()) {
+    return;
+  }
+  Refill(now);
+  tokens_ -= amount;
+}
+
+// --- ThroughputMeter ------------------------------------------------------------
+
+ThroughputMeter::ThroughputMeter(double initial_rate, absl::Duration window, absl::Duration prior)
+    : initial_rate_(initial_rate),
+      window_s_(absl::ToDoubleSeconds(window)),
+      prior_s_(absl::ToDoubleSeconds(prior)) {}
+
+void ThroughputMeter::Add(double tokens, absl::Duration busy) {
+  const double dt = std::max(0.0, absl::ToDoubleSeconds(busy));
+  const double decay = std::exp(-dt / window_s_);
+  tokens_ = tokens_ * decay + tokens;
+  busy_s_ = busy_s_ * decay + dt;
+}
+
+double ThroughputMeter::rate() const {
+  // The prior acts as `prior_s_` of busy time at the initial rate.
+  return (tokens_ + initial_rate_ * prior_s_) / (busy_s_ + prior_s_);
+}
+
+// --- The estimate ---------------------------------------------------------------
+
+PrefillQueue PrefillQueueFor(const RegistrySnapshot& snapshot, absl::string_view worker_model,
+                             RoutingMode mode, absl::Time now) {
+  PrefillQueue prefill;
+  PrefillQueue colocated;
+  bool decode_live = false;
+  for (const WorkerInfo& w : snapshot.workers) {
+    if (w.desc.model != worker_model || !snapshot.IsLive(w, now)) {
+      continue;
+    }
+    PrefillQueue* q = nullptr;
+    switch (w.desc.role) {
+      case WorkerRole::kPrefill:
+        q = &prefill;
+        break;
+      case WorkerRole::kColocated:
+        q = &colocated;
+        break;
+      case WorkerRole::kDecode:
+        decode_live = true;
+        break;
+      case WorkerRole::kUnknown:
+        break;
+    }
+    if (q == nullptr) {
+      continue;
+    }
+    const int64_t queued = w.desc.load.queued_prefill_tokens;
+    q->min_queued_tokens = q->workers == 0 ? queued : std::min(q->min_queued_tokens, queued);
+    ++q->workers;
+  }
+  const bool pair = prefill.workers > 0 && decode_live;
+  if (mode == RoutingMode::kDisaggregated || (mode == RoutingMode::kAuto && pair)) {
+    return prefill;
+  }
+  return colocated;
+}
+
+TtftEstimate EstimateTtft(const TtftInputs& in) {
+  const int64_t workers = std::max<int64_t>(1, in.workers.workers);
+  const double per_worker_rate = std::max(in.rate, 1e-9) / static_cast<double>(workers);
+  TtftEstimate e;
+  e.tokens_ahead = std::max(in.workers.min_queued_tokens, in.router_queued_tokens / workers);
+  e.calibration = in.calibration;
+  e.ttft = SecondsSat(in.calibration * static_cast<double>(e.tokens_ahead + in.own_tokens) /
+                      per_worker_rate);
+  return e;
+}
+
+double CalibrationFactor(std::vector<double> ratios) {
+  if (static_cast<int>(ratios.size()) < kMinCalibrationSamples) {
+    return 1;
+  }
+  const size_t k =
+      static_cast<size_t>(kCalibrationQuantile * static_cast<double>(ratios.size() - 1));
+  std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(k), ratios.end());
+  return std::clamp(ratios[k], kMinCalibration, kMaxCalibration);
+}
+
+// --- The decision ---------------------------------------------------------------
+
+absl::string_view AdmissionReasonName(AdmissionReason reason) {
+  switch (reason) {
+    case AdmissionReason::kAdmitted:
+      return "admitted";
+    case AdmissionReason::kTenantRequestRate:
+      return "tenant_request_rate";
+    case AdmissionReason::kTenantTokenRate:
+      return "tenant_token_rate";
+    case AdmissionReason::kQueueFull:
+      return "queue_full";
+    case AdmissionReason::kTtftOverSlo:
+      return "ttft_over_slo";
+    case AdmissionReason::kDeadline:
+      return "deadline";
+  }
+  return "admitted";
+}
+
+absl::Status AdmissionDecision::ToStatus() const {
+  if (admitted()) {
+    return absl::OkStatus();
+  }
+  if (never) {
+    return InvalidParam("max_tokens", message);
+  }
+  return WithRetryAfter(absl::ResourceExhaustedError(message), retry_after);
+}
+
+AdmissionDecision DecideAdmission(const AdmissionConfig& config, const AdmissionInputs& in) {
+  AdmissionDecision d;
+  d.estimated_ttft = in.estimate.ttft;
+  const std::string tenant = in.tenant.empty() ? kAnonymousTenant : in.tenant;
+  // 1. The tenant's buckets: the wait until both hold enough.
+  if (in.request_wait > absl::ZeroDuration() || in.token_wait > absl::ZeroDuration()) {
+    d.reason = in.request_wait > absl::ZeroDuration() ? AdmissionReason::kTenantRequestRate
+                                                      : AdmissionReason::kTenantTokenRate;
+    if (in.token_wait == absl::InfiniteDuration()) {
+      d.reason = AdmissionReason::kTenantTokenRate;
+      d.never = true;
+      d.message = absl::StrCat("the request costs ", in.cost_tokens,
+                               " tokens (n x (prompt + max_tokens)), more than tenant '", tenant,
+                               "' may ever use at once (admission token_burst ", in.token_burst,
+                               "); lower max_tokens or the prompt");
+      return d;
+    }
+    d.retry_after = std::max(in.request_wait, in.token_wait);
+    d.message = absl::StrCat(
+        "tenant '", tenant, "' is over its ",
+        d.reason == AdmissionReason::kTenantRequestRate
+            ? absl::StrCat("request rate (admission requests_per_second, burst ", in.request_burst,
+                           ")")
+            : absl::StrCat("token rate (admission tokens_per_second, burst ", in.token_burst,
+                           "; this request costs ", in.cost_tokens, ")"),
+        "; retry after ", Secs(d.retry_after));
+    return d;
+  }
+  const bool queue_empty = in.queued_requests == 0 && in.estimate.tokens_ahead == 0;
+  if (queue_empty) {
+    return d;  // nothing ahead: see the file comment
+  }
+  const double rate = std::max(in.rate, 1e-9);
+  // 2. The bounded waiting queue.
+  if (config.max_queued_requests > 0 && in.queued_requests >= config.max_queued_requests) {
+    d.reason = AdmissionReason::kQueueFull;
+    const int64_t excess = int64_t{in.queued_requests} + 1 - config.max_queued_requests;
+    const double mean_tokens =
+        static_cast<double>(in.queued_tokens) / std::max(1, in.queued_requests);
+    d.retry_after = SecondsSat(static_cast<double>(excess) * mean_tokens / rate);
+    d.message = absl::StrCat("the router's queue is full: ", in.queued_requests,
+                             " requests wait for their first token (admission "
+                             "max_queued_requests ",
+                             config.max_queued_requests, "); retry after ", Secs(d.retry_after));
+    return d;
+  }
+  if (config.max_queued_tokens > 0 && in.queued_tokens + in.own_tokens > config.max_queued_tokens) {
+    d.reason = AdmissionReason::kQueueFull;
+    const int64_t excess = in.queued_tokens + in.own_tokens - config.max_queued_tokens;
+    d.retry_after = SecondsSat(static_cast<double>(excess) / rate);
+    d.message = absl::StrCat("the router's queue is full: ", in.queued_tokens,
+                             " prompt tokens wait for their first token, this request adds ",
+                             in.own_tokens, " (admission max_queued_tokens ",
+                             config.max_queued_tokens, "); retry after ", Secs(d.retry_after));
+    return d;
+  }
+  // 3. The estimated time to first token against the SLO and the deadline.
+  const absl::Duration est = in.estimate.ttft;
+  const std::string why = absl::StrFormat(
+      "estimated time to first token %s (%d prompt tokens queued ahead on the best worker at "
+      "%.0f tokens/s measured, x%.2f calibrated)",
+      Secs(est), in.estimate.tokens_ahead, rate, in.estimate.calibration);
+  if (config.max_ttft > absl::ZeroDuration() && est > config.max_ttft) {
+    d.reason = AdmissionReason::kTtftOverSlo;
+    d.retry_after = est - config.max_ttft;
+    d.message = absl::StrCat(why, " is over the SLO admission max_ttft ", Secs(config.max_ttft),
+                             "; retry after ", Secs(d.retry_after));
+    return d;
+  }
+  if (config.reject_past_deadline && est > in.time_left) {
+    d.reason = AdmissionReason::kDeadline;
+    d.retry_after = est - std::max(in.time_left, absl::ZeroDuration());
+    d.message =
+        absl::StrCat(why, " is past the request's deadline (",
+                     Secs(std::max(in.time_left, absl::ZeroDuration())), " left); retry after ",
+                     Secs(d.retry_after), " or with a longer deadline");
+    return d;
+  }
+  return d;
+}
+
+// --- AdmissionController --------------------------------------------------------
+
+AdmissionController::AdmissionController(AdmissionConfig config) : config_(std::move(config)) {}
+
+AdmissionController::Buckets& AdmissionController::BucketsLocked(const std::string& tenant,
+                                                                 absl::Time now) {
+  auto it = buckets_.find(tenant);
+  if (it == buckets_.end()) {
+    const TenantLimits& l = config_.LimitsFor(tenant);
+    it = buckets_
+             .emplace(tenant, Buckets{TokenBucket(l.requests_per_second, l.request_burst, now),
+                                      TokenBucket(l.tokens_per_second, l.token_burst, now)})
+             .first;
+  }
+  return it->second;
+}
+
+AdmissionController::Queue& AdmissionController::QueueLocked(const std::string& model) {
+  auto it = queues_.find(model);
+  if (it == queues_.end()) {
+    it = queues_.emplace(model, Queue(config_)).first;
+  }
+  return it->second;
+}
+
+AdmissionDecision AdmissionController::Admit(const Request& r, const PrefillQueue& workers,
+                                             absl::Time now) {
+  const std::string tenant = r.tenant.empty() ? kAnonymousTenant : r.tenant;
+  const int32_t n = std::max(1, r.n);
+  const int64_t own = r.prompt_tokens * n;
+  const int64_t cost = (r.prompt_tokens + r.max_tokens) * n;
+  absl::MutexLock lock(&mu_);
+  Buckets& b = BucketsLocked(tenant, now);
+  Queue& q = QueueLocked(r.model);
+  AdmissionInputs in;
+  in.tenant = tenant;
+  in.request_wait = b.requests.WaitFor(1, now);
+  in.token_wait = b.tokens.WaitFor(static_cast<double>(cost), now);
+  in.request_burst = b.requests.burst();
+  in.token_burst = b.tokens.burst();
+  in.cost_tokens = cost;
+  in.queued_requests = q.requests;
+  in.queued_tokens = q.tokens;
+  in.own_tokens = own;
+  in.rate = q.meter.rate();
+  in.estimate = EstimateTtft({q.tokens, workers, own, in.rate, q.calibration});
+  in.time_left = r.deadline == absl::InfiniteFuture() ? absl::InfiniteDuration() : r.deadline - now;
+  AdmissionDecision d = DecideAdmission(config_, in);
+  if (!d.admitted()) {
+    return d;
+  }
+  b.requests.Take(1, now);
+  b.tokens.Take(static_cast<double>(cost), now);
+  if (q.requests == 0) {
+    q.busy_since = now;
+  }
+  ++q.requests;
+  q.tokens += own;
+  ++q.version;
+  q.peak_requests = std::max(q.peak_requests, q.requests);
+  tickets_[r.ticket] =
+      Ticket{r.model, own, now, in.estimate.ttft / std::max(in.estimate.calibration, 1e-9)};
+  return d;
+}
+
+void AdmissionController::LeaveLocked(uint64_t ticket, absl::Time now, bool first_token) {
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end()) {
+    return;
+  }
+  Queue& q = QueueLocked(it->second.model);
+  // Busy time since the last accounting point goes to this request's tokens
+  // (a request that ended without a token leaves it to the next one).
+  if (first_token) {
+    q.meter.Add(static_cast<double>(it->second.tokens),
+                std::max(absl::ZeroDuration(), now - q.busy_since));
+    q.busy_since = now;
+    const absl::Duration floor = config_.max_ttft > absl::ZeroDuration()
+                                     ? kCalibrationFloor * config_.max_ttft
+                                     : absl::Milliseconds(100);
+    const absl::Duration estimate = it->second.estimate;
+    if (estimate >= floor && estimate > absl::ZeroDuration()) {
+      const double ratio = absl::FDivDuration(now - it->second.admitted_at, estimate);
+      if (static_cast<int>(q.ratios.size()) < kCalibrationSamples) {
+        q.ratios.push_back(ratio);
+      } else {
+        q.ratios[q.next_ratio] = ratio;
+      }
+      q.next_ratio = (q.next_ratio + 1) % kCalibrationSamples;
+      q.calibration = CalibrationFactor(q.ratios);
+    }
+  }
+  --q.requests;
+  q.tokens -= it->second.tokens;
+  ++q.version;
+  tickets_.erase(it);
+}
+
+void AdmissionController::FirstToken(uint64_t ticket, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  LeaveLocked(ticket, now, /*first_token=*/true);
+}
+
+void AdmissionController::Finished(uint64_t ticket, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  LeaveLocked(ticket, now, /*first_token=*/false);
+}
+
+AdmissionController::QueueState AdmissionController::queue(const std::string& model) const {
+  absl::MutexLock lock(&mu_);
+  QueueState s;
+  s.rate = config_.initial_prefill_rate;
+  auto it = queues_.find(model);
+  if (it != queues_.end()) {
+    s.requests = it->second.requests;
+    s.tokens = it->second.tokens;
+    s.rate = it->second.meter.rate();
+    s.calibration = it->second.calibration;
+    s.version = it->second.version;
+    s.peak_requests = it->second.peak_requests;
+  }
+  return s;
+}
+
+size_t AdmissionController::tenant_count() const {
+  absl::MutexLock lock(&mu_);
+  return buckets_.size();
+}
+
+}  // namespace tandem::router

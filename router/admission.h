@@ -1,0 +1,268 @@
+#pragma once
+// Admission control: whether the router takes a request, decided in
+// Router::Start before any worker is called (docs: router/README.md,
+// "Admission control").
+//
+// Three checks, in this order, each with its own Retry-After:
+//  1. the tenant's token buckets (admission.defaults / admission.tenants):
+//     one for requests, one for tokens (n x (prompt + max_tokens)); a
+//     refusal takes nothing from either bucket, and no tenant's refusal
+//     touches another tenant's buckets. Retry-After is the time the bucket
+//     needs to refill what is missing;
+//  2. the router's waiting queue per model (admitted requests whose first
+//     token has not arrived), bounded by admission.max_queued_requests and
+//     max_queued_tokens. Retry-After: the time the queue needs to drain the
+//     excess at the measured rate;
+//  3. the time to first token the request would see (EstimateTtft): over
+//     admission.max_ttft (the SLO) or over the time left to the request's
+//     deadline, it is refused at once instead of timing out later.
+//     Retry-After: the excess over the limit (the queue ahead shrinks by that
+//     much in that time).
+// With nothing queued ahead of a request (the router's queue for its model
+// and every worker's reported prefill queue empty) checks 2 and 3 admit it:
+// the request then waits for nothing but its own prefill, which a later try
+// could not shorten, and a refusal would starve the throughput measurement
+// that could prove the estimate wrong.
+//
+// The pieces are pure values and functions (TokenBucket, ThroughputMeter,
+// EstimateTtft, DecideAdmission: no clock reads, no locks) wired together by
+// AdmissionController, the thread-safe state the Router owns.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "router/config.h"
+#include "router/registry.h"
+
+namespace tandem::router {
+
+// The tenant name requests without an API key's tenant are counted under
+// (API keys off), in admission.tenants and in metric labels.
+inline constexpr char kAnonymousTenant[] = "anonymous";
+
+// A token bucket: fills at `rate` per second up to `burst`, starts full.
+// A value; not thread-safe.
+class TokenBucket {
+ public:
+  // No limit: every amount is available.
+  TokenBucket() = default;
+  // rate <= 0: no limit. burst <= 0: max(rate, 1).
+  TokenBucket(double rate, double burst, absl::Time now);
+
+  bool limited() const { return rate_ > 0; }
+  double burst() const { return burst_; }
+  // What the bucket holds at `now` (burst when unlimited).
+  double available(absl::Time now) const;
+  // Zero when `amount` is available at `now`; else how long until it is;
+  // absl::InfiniteDuration() when `amount` exceeds the burst (never).
+  absl::Duration WaitFor(double amount, absl::Time now) const;
+  // Takes `amount` at `now` (refills first). Precondition: WaitFor is zero.
+  void Take(double amount, absl::Time now);
+
+ private:
+  void Refill(absl::Time now);
+
+  double rate_ = 0;
+  double burst_ = 0;
+  double tokens_ = 0;
+  absl::Time last_ = absl::InfinitePast();
+};
+
+// The rate at which prompt tokens reach their first token, measured over
+// the time the queue was busy (not idle time): an exponentially weighted
+// average over the last `window` of busy time, starting from
+// `initial_rate` weighted as `prior` of busy time (conservative until
+// measurements outweigh it). A value; not thread-safe.
+class ThroughputMeter {
+ public:
+  ThroughputMeter(double initial_rate, absl::Duration window,
+                  absl::Duration prior = absl::Milliseconds(250));
+  // `tokens` finished while the queue was busy for `busy` more time.
+  void Add(double tokens, absl::Duration busy);
+  // Tokens per second (> 0).
+  double rate() const;
+
+ private:
+  double initial_rate_;
+  double window_s_;
+  double prior_s_;
+  double tokens_ = 0;  // decayed sums
+  double busy_s_ = 0;
+};
+
+// The live workers that prefill `worker_model` requests in `mode` (prefill
+// workers when a prefill + decode pair can serve it, else colocated ones, as
+// PickRoute chooses) and the prefill queue of the least loaded one.
+struct PrefillQueue {
+  int32_t workers = 0;
+  int64_t min_queued_tokens = 0;  // reported queued prefill tokens
+};
+PrefillQueue PrefillQueueFor(const RegistrySnapshot& snapshot, absl::string_view worker_model,
+                             RoutingMode mode, absl::Time now);
+
+struct TtftInputs {
+  int64_t router_queued_tokens = 0;  // this router's queue for the model
+  PrefillQueue workers;
+  int64_t own_tokens = 0;  // the request's prompt tokens (all choices)
+  double rate = 1;         // measured, tokens/s for the whole model
+  double calibration = 1;  // CalibrationFactor
+};
+struct TtftEstimate {
+  absl::Duration ttft = absl::ZeroDuration();
+  int64_t tokens_ahead = 0;  // on the best worker
+  double calibration = 1;
+};
+// ttft = calibration x (ahead + own) / (rate / workers), ahead = max(the best
+// worker's reported queue, the router's queue / workers): the router's own
+// queue is the freshest view (spread evenly, as the picker balances it), a
+// worker's report also counts other routers' requests. No worker: as one.
+TtftEstimate EstimateTtft(const TtftInputs& in);
+
+// The estimate's measured error: of recent admitted requests whose estimate
+// was at least kCalibrationFloor of the SLO (those near the decision), the
+// kCalibrationQuantile of actual / estimated time to first token, clamped to
+// [kMinCalibration, kMaxCalibration]; 1 with fewer than kMinCalibrationSamples.
+// Multiplying by it makes the estimate an upper bound for that share of
+// requests, whatever the rate measurement misses (a load change within the
+// rate window, CPU contention, per-request overheads).
+inline constexpr double kCalibrationQuantile = 0.95;
+inline constexpr double kCalibrationFloor = 0.25;
+inline constexpr int kMinCalibrationSamples = 16;
+inline constexpr int kCalibrationSamples = 128;  // the most recent ones kept
+inline constexpr double kMinCalibration = 0.5;
+inline constexpr double kMaxCalibration = 4;
+double CalibrationFactor(std::vector<double> ratios);
+
+enum class AdmissionReason {
+  kAdmitted,
+  kTenantRequestRate,  // the tenant's request bucket is empty
+  kTenantTokenRate,    // the tenant's token bucket holds too few
+  kQueueFull,          // max_queued_requests / max_queued_tokens
+  kTtftOverSlo,        // the estimate exceeds max_ttft
+  kDeadline,           // the estimate exceeds the time left to the deadline
+};
+// "admitted", "tenant_request_rate", "tenant_token_rate", "queue_full",
+// "ttft_over_slo", "deadline": the metric's `reason` label.
+absl::string_view AdmissionReasonName(AdmissionReason reason);
+
+struct AdmissionInputs {
+  std::string tenant;
+  absl::Duration request_wait = absl::ZeroDuration();  // TokenBucket::WaitFor
+  absl::Duration token_wait = absl::ZeroDuration();
+  double request_burst = 0;  // for messages
+  double token_burst = 0;
+  int64_t cost_tokens = 0;      // n x (prompt + max_tokens)
+  int32_t queued_requests = 0;  // the router's queue, before this request
+  int64_t queued_tokens = 0;
+  int64_t own_tokens = 0;  // what this request adds to the queue
+  TtftEstimate estimate;
+  double rate = 1;                                      // tokens/s, as the estimate used
+  absl::Duration time_left = absl::InfiniteDuration();  // to the request's deadline
+};
+
+struct AdmissionDecision {
+  AdmissionReason reason = AdmissionReason::kAdmitted;
+  // The request can never pass this limit (its cost over the tenant's burst).
+  bool never = false;
+  absl::Duration retry_after = absl::ZeroDuration();
+  absl::Duration estimated_ttft = absl::ZeroDuration();
+  std::string message;  // names the limit; empty when admitted
+
+  bool admitted() const { return reason == AdmissionReason::kAdmitted; }
+  // OK when admitted; RESOURCE_EXHAUSTED with the message and the
+  // Retry-After attached (router/api_error.h WithRetryAfter); for `never`,
+  // INVALID_ARGUMENT naming max_tokens.
+  absl::Status ToStatus() const;
+};
+
+// The pure decision (order and Retry-After as the file comment says).
+AdmissionDecision DecideAdmission(const AdmissionConfig& config, const AdmissionInputs& in);
+
+// The admission state of one router: tenants' buckets, the waiting queue and
+// the throughput meter of each model. Owned by the Router. Thread-safe; each
+// call is short and takes one internal lock.
+class AdmissionController {
+ public:
+  explicit AdmissionController(AdmissionConfig config);
+
+  struct Request {
+    uint64_t ticket = 0;  // unique per request (the router's run id)
+    std::string tenant;   // "" = kAnonymousTenant
+    std::string model;    // the queue: one per served model
+    int64_t prompt_tokens = 0;
+    int32_t max_tokens = 0;
+    int32_t n = 1;
+    absl::Time deadline = absl::InfiniteFuture();
+  };
+  // Decides at `now`; when admitted, takes the request's cost from its
+  // tenant's buckets and queues it on its model until FirstToken / Finished.
+  AdmissionDecision Admit(const Request& request, const PrefillQueue& workers, absl::Time now);
+  // The request's first token arrived: it leaves the queue and its prompt
+  // counts as throughput. No-op for an unknown or already-left ticket.
+  void FirstToken(uint64_t ticket, absl::Time now);
+  // The request ended: it leaves the queue if still there (no throughput).
+  void Finished(uint64_t ticket, absl::Time now);
+
+  struct QueueState {
+    int32_t requests = 0;
+    int64_t tokens = 0;
+    double rate = 0;         // tokens/s
+    double calibration = 1;  // CalibrationFactor of its recent requests
+    // Counts the queue's changes: of two states read by different threads,
+    // the larger version is the newer (metrics drop a stale one).
+    uint64_t version = 0;
+    int32_t peak_requests = 0;  // the most it held since start
+  };
+  QueueState queue(const std::string& model) const;
+  // Tenants with buckets (bounded by the API keys' tenants, plus anonymous).
+  size_t tenant_count() const;
+  const AdmissionConfig& config() const { return config_; }
+
+ private:
+  struct Buckets {
+    TokenBucket requests;
+    TokenBucket tokens;
+  };
+  struct Queue {
+    explicit Queue(const AdmissionConfig& c) : meter(c.initial_prefill_rate, c.rate_window) {}
+    int32_t requests = 0;
+    int64_t tokens = 0;
+    uint64_t version = 0;
+    int32_t peak_requests = 0;
+    absl::Time busy_since = absl::InfinitePast();  // last accounting point while requests > 0
+    ThroughputMeter meter;
+    // actual / estimated TTFT of recent requests (a ring of
+    // kCalibrationSamples) and the factor they give.
+    std::vector<double> ratios;
+    size_t next_ratio = 0;
+    double calibration = 1;
+  };
+  struct Ticket {
+    std::string model;
+    int64_t tokens = 0;
+    absl::Time admitted_at;
+    absl::Duration estimate;  // uncalibrated
+  };
+
+  Buckets& BucketsLocked(const std::string& tenant, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Queue& QueueLocked(const std::string& model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes `ticket` from its queue; `tokens_done` counts as throughput.
+  void LeaveLocked(uint64_t ticket, absl::Time now, bool first_token)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const AdmissionConfig config_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Buckets> buckets_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Queue> queues_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Ticket> tickets_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tandem::router

@@ -1,0 +1,610 @@
+// Admission control (router/admission.h) on simulated time: the token
+// bucket, the throughput meter, the TTFT estimate, the decision table, the
+// controller (tenants isolated, refusals free, the queue and its measured
+// rate), the `admission:` YAML and Retry-After on statuses.
+
+#include "router/admission.h"
+
+#include <atomic>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "router/api_error.h"
+#include "router/config.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tandem::router {
+namespace {
+
+using ::tandem::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr double kEps = 1e-9;
+
+// Durations computed in floating point: equal to a microsecond.
+::testing::AssertionResult Near(absl::Duration got, absl::Duration want) {
+  if (absl::AbsDuration(got - want) <= absl::Microseconds(1)) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << absl::FormatDuration(got) << ", want " << absl::FormatDuration(want);
+}
+
+// --- TokenBucket ----------------------------------------------------------------
+
+TEST(TokenBucketTest, StartsFullRefillsAtItsRateAndCapsAtTheBurst) {
+  base::SimulatedClock clock;
+  TokenBucket b(/*rate=*/2, /*burst=*/3, clock.Now());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(b.WaitFor(1, clock.Now()), absl::ZeroDuration()) << "take " << i;
+    b.Take(1, clock.Now());
+  }
+  // Empty: one token takes 1/rate.
+  EXPECT_TRUE(Near(b.WaitFor(1, clock.Now()), absl::Milliseconds(500)));
+  clock.AdvanceTime(absl::Milliseconds(200));
+  EXPECT_TRUE(Near(b.WaitFor(1, clock.Now()), absl::Milliseconds(300)));
+  EXPECT_TRUE(Near(b.WaitFor(2, clock.Now()), absl::Milliseconds(800)));
+  clock.AdvanceTime(absl::Milliseconds(300));
+  EXPECT_EQ(b.WaitFor(1, clock.Now()), absl::ZeroDuration());
+  // An hour later it holds the burst, no more.
+  clock.AdvanceTime(absl::Hours(1));
+  EXPECT_NEAR(b.available(clock.Now()), 3, kEps);
+  EXPECT_EQ(b.WaitFor(3, clock.Now()), absl::ZeroDuration());
+  EXPECT_EQ(b.WaitFor(3.5, clock.Now()), absl::InfiniteDuration());  // over the burst: never
+}
+
+TEST(TokenBucketTest, DefaultBurstIsTheRateAndZeroRateIsUnlimited) {
+  base::SimulatedClock clock;
+  TokenBucket b(/*rate=*/100, /*burst=*/0, clock.Now());
+  EXPECT_TRUE(b.limited());
+  EXPECT_NEAR(b.burst(), 100, kEps);
+  TokenBucket slow(/*rate=*/0.5, /*burst=*/0, clock.Now());
+  EXPECT_NEAR(slow.burst(), 1, kEps);  // at least one request
+  TokenBucket off(0, 0, clock.Now());
+  EXPECT_FALSE(off.limited());
+  off.Take(1e12, clock.Now());
+  EXPECT_EQ(off.WaitFor(1e12, clock.Now()), absl::ZeroDuration());
+}
+
+// --- ThroughputMeter ------------------------------------------------------------
+
+TEST(ThroughputMeterTest, StartsAtTheInitialRateAndConvergesToTheMeasuredOne) {
+  ThroughputMeter m(/*initial_rate=*/500, /*window=*/absl::Seconds(10),
+                    /*prior=*/absl::Milliseconds(250));
+  EXPECT_NEAR(m.rate(), 500, kEps);
+  // 1000 tokens in 1 s of busy time: (1000 + 500 x 0.25) / (1 + 0.25).
+  m.Add(1000, absl::Seconds(1));
+  EXPECT_NEAR(m.rate(), (1000 + 125) / (1 + 0.25), 1e-6);
+  // A minute of busy time at 100 tokens/s: the first sample fades
+  // (e^-6); the prior keeps a weight of 0.25 s against ~10 s of samples.
+  for (int i = 0; i < 600; ++i) {
+    m.Add(10, absl::Milliseconds(100));
+  }
+  EXPECT_GT(m.rate(), 100);
+  EXPECT_LT(m.rate(), 100 + 400 * 0.25 / 10 + 2);
+  // Tokens without busy time (several first tokens at one instant) count.
+  ThroughputMeter burst(500, absl::Seconds(10), absl::Milliseconds(250));
+  burst.Add(100, absl::Milliseconds(250));
+  burst.Add(100, absl::ZeroDuration());
+  EXPECT_NEAR(burst.rate(), (200 + 125) / 0.5, 1e-6);
+}
+
+// --- PrefillQueueFor / EstimateTtft ---------------------------------------------
+
+WorkerInfo Worker(const std::string& address, WorkerRole role, const std::string& model,
+                  int64_t queued) {
+  WorkerInfo w;
+  w.address = address;
+  w.desc.role = role;
+  w.desc.model = model;
+  w.desc.load.queued_prefill_tokens = queued;
+  w.connected = true;
+  w.last_heard = absl::UnixEpoch();
+  return w;
+}
+
+TEST(PrefillQueueForTest, CountsTheWorkersThatWouldPrefillAndTheirShortestQueue) {
+  RegistrySnapshot snap;
+  snap.workers = {Worker("a:1", WorkerRole::kPrefill, "m", 300),
+                  Worker("b:1", WorkerRole::kPrefill, "m", 120),
+                  Worker("c:1", WorkerRole::kDecode, "m", 0),
+                  Worker("d:1", WorkerRole::kColocated, "m", 40),
+                  Worker("e:1", WorkerRole::kPrefill, "other", 0),
+                  Worker("f:1", WorkerRole::kPrefill, "m", 0)};
+  snap.workers.back().connected = false;  // out of rotation
+  const absl::Time now = absl::UnixEpoch() + absl::Seconds(1);
+  PrefillQueue q = PrefillQueueFor(snap, "m", RoutingMode::kAuto, now);
+  EXPECT_EQ(q.workers, 2);
+  EXPECT_EQ(q.min_queued_tokens, 120);
+  q = PrefillQueueFor(snap, "m", RoutingMode::kColocated, now);
+  EXPECT_EQ(q.workers, 1);
+  EXPECT_EQ(q.min_queued_tokens, 40);
+  // No decode worker: auto falls back to colocated as the picker does.
+  snap.workers.erase(snap.workers.begin() + 2);
+  q = PrefillQueueFor(snap, "m", RoutingMode::kAuto, now);
+  EXPECT_EQ(q.workers, 1);
+  EXPECT_EQ(q.min_queued_tokens, 40);
+  EXPECT_EQ(PrefillQueueFor(snap, "m", RoutingMode::kDisaggregated, now).workers, 2);
+  EXPECT_EQ(PrefillQueueFor(snap, "none", RoutingMode::kAuto, now).workers, 0);
+}
+
+TEST(EstimateTtftTest, QueueAheadOverThePerWorkerRate) {
+  struct Case {
+    const char* name;
+    int64_t router_queued;
+    int32_t workers;
+    int64_t worker_min;
+    int64_t own;
+    double rate;
+    int64_t want_ahead;
+    double want_s;
+  };
+  const std::vector<Case> cases = {
+      {"empty", 0, 1, 0, 100, 1000, 0, 0.1},
+      {"router queue", 900, 1, 0, 100, 1000, 900, 1.0},
+      {"worker report longer", 100, 1, 1900, 100, 1000, 1900, 2.0},
+      // Two workers: the router's queue spreads over both, each at half the rate.
+      {"two workers", 1000, 2, 0, 100, 1000, 500, 1.2},
+      {"two workers, one busy elsewhere", 1000, 2, 700, 100, 1000, 700, 1.6},
+      {"no worker counts as one", 400, 0, 0, 100, 500, 400, 1.0},
+  };
+  for (const Case& c : cases) {
+    TtftEstimate e = EstimateTtft({c.router_queued, {c.workers, c.worker_min}, c.own, c.rate});
+    EXPECT_EQ(e.tokens_ahead, c.want_ahead) << c.name;
+    EXPECT_NEAR(absl::ToDoubleSeconds(e.ttft), c.want_s, 1e-6) << c.name;
+  }
+}
+
+TEST(CalibrationFactorTest, AHighQuantileOfActualOverEstimatedClamped) {
+  EXPECT_EQ(CalibrationFactor({}), 1);
+  EXPECT_EQ(CalibrationFactor(std::vector<double>(kMinCalibrationSamples - 1, 3.0)), 1);
+  // 1.00, 1.01, ..., 1.99: the 95th percentile (rank 94 of 0..99) is 1.94.
+  std::vector<double> ratios;
+  for (int i = 99; i >= 0; --i) {
+    ratios.push_back(1 + i / 100.0);
+  }
+  EXPECT_NEAR(CalibrationFactor(ratios), 1.94, 1e-12);
+  EXPECT_EQ(CalibrationFactor(std::vector<double>(20, 0.1)), kMinCalibration);
+  EXPECT_EQ(CalibrationFactor(std::vector<double>(20, 50.0)), kMaxCalibration);
+  // The estimate scales with it.
+  TtftEstimate e = EstimateTtft({900, {1, 0}, 100, 1000, 1.5});
+  EXPECT_NEAR(absl::ToDoubleSeconds(e.ttft), 1.5, 1e-9);
+  EXPECT_EQ(e.calibration, 1.5);
+}
+
+// --- DecideAdmission --------------------------------------------------------------
+
+AdmissionConfig SloConfig() {
+  AdmissionConfig c;
+  c.max_ttft = absl::Seconds(2);
+  c.max_queued_requests = 10;
+  c.max_queued_tokens = 5000;
+  return c;
+}
+
+AdmissionInputs Busy() {
+  AdmissionInputs in;
+  in.tenant = "acme";
+  in.queued_requests = 4;
+  in.queued_tokens = 800;
+  in.own_tokens = 200;
+  in.rate = 1000;
+  in.estimate = EstimateTtft({in.queued_tokens, {1, 0}, in.own_tokens, in.rate});  // 1 s
+  return in;
+}
+
+TEST(DecideAdmissionTest, AdmitsWithinEveryLimit) {
+  const AdmissionDecision d = DecideAdmission(SloConfig(), Busy());
+  EXPECT_TRUE(d.admitted());
+  EXPECT_TRUE(Near(d.estimated_ttft, absl::Seconds(1)));
+  EXPECT_OK(d.ToStatus());
+}
+
+TEST(DecideAdmissionTest, TenantBucketsFirstWithTheRefillTimeAsRetryAfter) {
+  AdmissionInputs in = Busy();
+  in.request_wait = absl::Milliseconds(1500);
+  in.request_burst = 5;
+  in.queued_requests = 99;  // the queue is full too: the tenant's limit is named
+  AdmissionDecision d = DecideAdmission(SloConfig(), in);
+  EXPECT_EQ(d.reason, AdmissionReason::kTenantRequestRate);
+  EXPECT_TRUE(Near(d.retry_after, absl::Milliseconds(1500)));
+  EXPECT_THAT(d.ToStatus(), StatusIs(absl::StatusCode::kResourceExhausted,
+                                     HasSubstr("tenant 'acme' is over its request rate")));
+  EXPECT_EQ(RetryAfter(d.ToStatus(), absl::ZeroDuration()), absl::Milliseconds(1500));
+
+  in.request_wait = absl::ZeroDuration();
+  in.token_wait = absl::Seconds(3);
+  in.cost_tokens = 456;
+  d = DecideAdmission(SloConfig(), in);
+  EXPECT_EQ(d.reason, AdmissionReason::kTenantTokenRate);
+  EXPECT_TRUE(Near(d.retry_after, absl::Seconds(3)));
+  EXPECT_THAT(d.message, HasSubstr("this request costs 456"));
+
+  // Both empty: retry when both hold enough.
+  in.request_wait = absl::Seconds(1);
+  d = DecideAdmission(SloConfig(), in);
+  EXPECT_EQ(d.reason, AdmissionReason::kTenantRequestRate);
+  EXPECT_TRUE(Near(d.retry_after, absl::Seconds(3)));
+}
+
+TEST(DecideAdmissionTest, CostOverTheTokenBurstCanNeverPass) {
+  AdmissionInputs in = Busy();
+  in.tenant = "";
+  in.token_wait = absl::InfiniteDuration();
+  in.cost_tokens = 9000;
+  in.token_burst = 4096;
+  const AdmissionDecision d = DecideAdmission(SloConfig(), in);
+  EXPECT_TRUE(d.never);
+  EXPECT_THAT(d.ToStatus(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("costs 9000 tokens (n x (prompt + max_tokens)), more than "
+                                 "tenant 'anonymous' may ever use at once (admission "
+                                 "token_burst 4096)")));
+  EXPECT_EQ(ErrorParam(d.ToStatus()), "max_tokens");
+}
+
+TEST(DecideAdmissionTest, QueueBoundsWithTheDrainTimeAsRetryAfter) {
+  AdmissionInputs in = Busy();
+  in.queued_requests = 10;  // at max_queued_requests
+  in.queued_tokens = 2000;
+  AdmissionDecision d = DecideAdmission(SloConfig(), in);
+  EXPECT_EQ(d.reason, AdmissionReason::kQueueFull);
+  // One request of the mean size (200 tokens) must drain at 1000 tokens/s.
+  EXPECT_TRUE(Near(d.retry_after, absl::Milliseconds(200)));
+  EXPECT_THAT(d.ToStatus(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_queued_requests 10")));
+
+  in = Busy();
+  in.queued_tokens = 4900;  // + 200 over 5000
+  d = DecideAdmission(SloConfig(), in);
+  EXPECT_EQ(d.reason, AdmissionReason::kQueueFull);
+  EXPECT_TRUE(Near(d.retry_after, absl::Milliseconds(100)));
+  EXPECT_THAT(d.message, HasSubstr("max_queued_tokens 5000"));
+}
+
+TEST(DecideAdmissionTest, EstimateOverTheSloOrTheDeadline) {
+  AdmissionInputs in = Busy();
+  in.queued_tokens = 2800;
+  in.estimate = EstimateTtft({in.queued_tokens, {1, 0}, in.own_tokens, in.rate});  // 3 s
+  AdmissionDecision d = DecideAdmission(SloConfig(), in);
+  EXPECT_EQ(d.reason, AdmissionReason::kTtftOverSlo);
+  EXPECT_TRUE(Near(d.retry_after, absl::Seconds(1)));  // the excess over the SLO
+  EXPECT_THAT(d.ToStatus(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("estimated time to first token 3.000s (2800 prompt tokens "
+                                 "queued ahead on the best worker at 1000 tokens/s measured, "
+                                 "x1.00 calibrated) is over the SLO admission max_ttft 2.000s")));
+
+  // No SLO: the deadline still counts.
+  AdmissionConfig no_slo = SloConfig();
+  no_slo.max_ttft = absl::ZeroDuration();
+  in.time_left = absl::Milliseconds(2500);
+  d = DecideAdmission(no_slo, in);
+  EXPECT_EQ(d.reason, AdmissionReason::kDeadline);
+  EXPECT_TRUE(Near(d.retry_after, absl::Milliseconds(500)));
+  EXPECT_THAT(d.message, HasSubstr("past the request's deadline (2.500s left)"));
+  no_slo.reject_past_deadline = false;
+  EXPECT_TRUE(DecideAdmission(no_slo, in).admitted());
+}
+
+TEST(DecideAdmissionTest, NothingAheadIsAlwaysAdmittedPastTheQueueAndEstimate) {
+  AdmissionInputs in;
+  in.own_tokens = 20000;  // alone over the token bound and the SLO at this rate
+  in.rate = 1000;
+  in.time_left = absl::Seconds(1);
+  in.estimate = EstimateTtft({0, {1, 0}, in.own_tokens, in.rate});
+  ASSERT_EQ(in.estimate.ttft, absl::Seconds(20));
+  EXPECT_TRUE(DecideAdmission(SloConfig(), in).admitted());
+  // A worker busy with another router's requests is something ahead.
+  in.estimate = EstimateTtft({0, {1, 50}, in.own_tokens, in.rate});
+  EXPECT_EQ(DecideAdmission(SloConfig(), in).reason, AdmissionReason::kQueueFull);
+}
+
+// --- AdmissionController ----------------------------------------------------------
+
+AdmissionController::Request Req(uint64_t ticket, const std::string& tenant, int64_t prompt,
+                                 int32_t max_tokens) {
+  // Aggregate initialization: GCC 12 warns (-Wrestrict, a false positive)
+  // on assigning the literal to a member.
+  return AdmissionController::Request{ticket, tenant, "m", prompt, max_tokens};
+}
+
+TEST(AdmissionControllerTest, OneTenantsEmptyBucketNeitherTouchesAnotherNorIsChargedForRefusals) {
+  AdmissionConfig c;
+  c.defaults.requests_per_second = 1;
+  c.defaults.request_burst = 2;
+  c.tenants["big"] = c.defaults;
+  c.tenants["big"].requests_per_second = 10;
+  c.tenants["big"].request_burst = 10;
+  AdmissionController ac(c);
+  base::SimulatedClock clock;
+  uint64_t ticket = 0;
+  auto admit = [&](const std::string& tenant) {
+    AdmissionController::Request r = Req(++ticket, tenant, 10, 10);
+    AdmissionDecision d = ac.Admit(r, {1, 0}, clock.Now());
+    if (d.admitted()) {
+      ac.FirstToken(r.ticket, clock.Now());
+      ac.Finished(r.ticket, clock.Now());
+    }
+    return d;
+  };
+  EXPECT_TRUE(admit("a").admitted());
+  EXPECT_TRUE(admit("a").admitted());
+  AdmissionDecision d = admit("a");
+  EXPECT_EQ(d.reason, AdmissionReason::kTenantRequestRate);
+  EXPECT_TRUE(Near(d.retry_after, absl::Seconds(1)));  // 1 request at 1/s
+  // Refusals take nothing: still one second, not two, after another try.
+  EXPECT_TRUE(Near(admit("a").retry_after, absl::Seconds(1)));
+  clock.AdvanceTime(absl::Milliseconds(400));
+  EXPECT_TRUE(Near(admit("a").retry_after, absl::Milliseconds(600)));
+  // Tenant b (defaults) and the override are untouched by a's state.
+  EXPECT_TRUE(admit("b").admitted());
+  EXPECT_TRUE(admit("b").admitted());
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_TRUE(admit("big").admitted()) << i;
+  }
+  EXPECT_TRUE(Near(admit("big").retry_after, absl::Milliseconds(100)));
+  clock.AdvanceTime(absl::Milliseconds(600));
+  EXPECT_TRUE(admit("a").admitted());
+  EXPECT_EQ(ac.tenant_count(), 3u);
+}
+
+TEST(AdmissionControllerTest, TokenBucketChargesNTimesPromptPlusMaxTokens) {
+  AdmissionConfig c;
+  c.defaults.tokens_per_second = 100;
+  c.defaults.token_burst = 300;
+  AdmissionController ac(c);
+  base::SimulatedClock clock;
+  AdmissionController::Request r = Req(1, "", 50, 50);
+  r.n = 2;  // costs 200
+  EXPECT_TRUE(ac.Admit(r, {1, 0}, clock.Now()).admitted());
+  ac.Finished(1, clock.Now());
+  r.ticket = 2;  // 100 left, 200 wanted: 1 s at 100/s
+  AdmissionDecision d = ac.Admit(r, {1, 0}, clock.Now());
+  EXPECT_EQ(d.reason, AdmissionReason::kTenantTokenRate);
+  EXPECT_TRUE(Near(d.retry_after, absl::Seconds(1)));
+  EXPECT_THAT(d.message, HasSubstr("tenant 'anonymous'"));
+  r.max_tokens = 200;  // 500 > the burst
+  EXPECT_THAT(ac.Admit(r, {1, 0}, clock.Now()).ToStatus(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("token_burst 300")));
+}
+
+TEST(AdmissionControllerTest, QueueGrowsUntilFirstTokensAndTheMeasuredRateDrivesTheEstimate) {
+  AdmissionConfig c;
+  c.max_ttft = absl::Seconds(1);
+  c.initial_prefill_rate = 100;  // conservative: 100 tokens/s
+  c.rate_window = absl::Seconds(10);
+  AdmissionController ac(c);
+  base::SimulatedClock clock;
+  // Empty queue: admitted whatever the estimate (0.5 s here).
+  AdmissionDecision d = ac.Admit(Req(1, "", 50, 1), {1, 0}, clock.Now());
+  ASSERT_TRUE(d.admitted());
+  EXPECT_TRUE(Near(d.estimated_ttft, absl::Milliseconds(500)));
+  // Second: 50 ahead + 50 own at 100/s = 1 s, at the SLO: admitted.
+  d = ac.Admit(Req(2, "", 50, 1), {1, 0}, clock.Now());
+  ASSERT_TRUE(d.admitted());
+  EXPECT_TRUE(Near(d.estimated_ttft, absl::Seconds(1)));
+  // Third: 1.5 s > 1 s.
+  d = ac.Admit(Req(3, "", 50, 1), {1, 0}, clock.Now());
+  EXPECT_EQ(d.reason, AdmissionReason::kTtftOverSlo);
+  EXPECT_TRUE(Near(d.retry_after, absl::Milliseconds(500)));
+  EXPECT_EQ(ac.queue("m").requests, 2);
+  EXPECT_EQ(ac.queue("m").tokens, 100);
+  // The cluster is much faster than assumed: both first tokens within
+  // 100 ms of busy time -> 1000 tokens/s once it outweighs the prior.
+  clock.AdvanceTime(absl::Milliseconds(50));
+  ac.FirstToken(1, clock.Now());
+  clock.AdvanceTime(absl::Milliseconds(50));
+  ac.FirstToken(2, clock.Now());
+  ac.FirstToken(2, clock.Now());  // twice: no-op
+  EXPECT_EQ(ac.queue("m").requests, 0);
+  const double rate = ac.queue("m").rate;
+  // 100 tokens in 0.1 s of busy time, plus the prior (0.25 s at 100/s), the
+  // first sample decayed by e^-0.005.
+  EXPECT_NEAR(rate, (100 + 100 * 0.25) / (0.1 + 0.25), 1.0);
+  // Idle time (no queue) does not count as busy time; the faster rate now
+  // admits what the initial one refused (3 x 50 tokens ahead of 50).
+  clock.AdvanceTime(absl::Seconds(30));
+  for (uint64_t t = 10; t < 14; ++t) {
+    d = ac.Admit(Req(t, "", 50, 1), {1, 0}, clock.Now());
+    ASSERT_TRUE(d.admitted()) << t << ": " << d.message;
+  }
+  EXPECT_NEAR(absl::ToDoubleSeconds(d.estimated_ttft), 200 / rate, 1e-6);
+  EXPECT_NEAR(ac.queue("m").rate, rate, 1e-9);
+  // A request that ends without a first token leaves the queue and counts
+  // no throughput.
+  ac.Finished(10, clock.Now() + absl::Seconds(5));
+  EXPECT_EQ(ac.queue("m").requests, 3);
+  EXPECT_NEAR(ac.queue("m").rate, rate, 1e-9);
+}
+
+TEST(AdmissionControllerTest, LearnsHowFarOffItsEstimatesAreNearTheSlo) {
+  AdmissionConfig c;
+  c.max_ttft = absl::Seconds(1);
+  c.initial_prefill_rate = 100;
+  AdmissionController ac(c);
+  base::SimulatedClock clock;
+  // One request at a time, each first token 1 s after admission: the
+  // estimate (own tokens / the rate measured so far) starts at 0.5 s for 50
+  // tokens and approaches 1 s as the meter learns 50 tokens/s. A 5-token
+  // request (estimate under a quarter of the SLO) does not count.
+  std::vector<double> want;
+  uint64_t ticket = 0;
+  for (int i = 0; i < kMinCalibrationSamples + 4; ++i) {
+    const int64_t tokens = i == 3 ? 5 : 50;
+    const double rate = ac.queue("m").rate;
+    ASSERT_TRUE(ac.Admit(Req(++ticket, "", tokens, 1), {1, 0}, clock.Now()).admitted());
+    clock.AdvanceTime(absl::Seconds(1));
+    ac.FirstToken(ticket, clock.Now());
+    if (tokens / rate >= 0.25) {
+      want.push_back(1.0 / (tokens / rate));  // actual / estimated
+    }
+    if (static_cast<int>(want.size()) < kMinCalibrationSamples) {
+      EXPECT_EQ(ac.queue("m").calibration, 1) << i;
+    }
+  }
+  ASSERT_EQ(want.size(), static_cast<size_t>(kMinCalibrationSamples + 3));
+  const AdmissionController::QueueState q = ac.queue("m");
+  EXPECT_NEAR(q.calibration, CalibrationFactor(want), 1e-9);
+  EXPECT_GT(q.calibration, 1.1);  // the early, too optimistic estimates
+  const AdmissionDecision d = ac.Admit(Req(++ticket, "", 50, 1), {1, 0}, clock.Now());
+  EXPECT_NEAR(absl::ToDoubleSeconds(d.estimated_ttft), q.calibration * 50 / q.rate, 1e-9);
+}
+
+TEST(AdmissionControllerTest, QueueIsBoundedInRequestsAndTokens) {
+  AdmissionConfig c;
+  c.max_queued_requests = 3;
+  c.max_queued_tokens = 250;
+  c.initial_prefill_rate = 1000;
+  AdmissionController ac(c);
+  const absl::Time now = absl::UnixEpoch();
+  for (uint64_t t = 1; t <= 3; ++t) {
+    ASSERT_TRUE(ac.Admit(Req(t, "", 60, 1), {1, 0}, now).admitted()) << t;
+  }
+  AdmissionDecision d = ac.Admit(Req(4, "", 10, 1), {1, 0}, now);
+  EXPECT_EQ(d.reason, AdmissionReason::kQueueFull);
+  EXPECT_TRUE(Near(d.retry_after, absl::Milliseconds(60)));  // one 60-token request at 1000/s
+  ac.Finished(3, now);
+  d = ac.Admit(Req(5, "", 140, 1), {1, 0}, now);  // 120 + 140 > 250
+  EXPECT_EQ(d.reason, AdmissionReason::kQueueFull);
+  EXPECT_TRUE(Near(d.retry_after, absl::Milliseconds(10)));
+  EXPECT_TRUE(ac.Admit(Req(6, "", 130, 1), {1, 0}, now).admitted());
+  EXPECT_EQ(ac.queue("m").requests, 3);
+  EXPECT_EQ(ac.queue("m").tokens, 250);
+  EXPECT_EQ(ac.queue("m").peak_requests, 3);
+}
+
+TEST(AdmissionControllerTest, ConcurrentAdmitsNeverSpendABucketTwice) {
+  AdmissionConfig c;
+  c.defaults.requests_per_second = 1e-6;  // no refill within the test
+  c.defaults.request_burst = 100;
+  AdmissionController ac(c);
+  const absl::Time now = absl::UnixEpoch();
+  std::atomic<int> admitted{0};
+  std::atomic<uint64_t> next_ticket{1};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        const uint64_t ticket = next_ticket.fetch_add(1);
+        if (ac.Admit(Req(ticket, "t", 10, 1), {1, 0}, now).admitted()) {
+          admitted.fetch_add(1);
+          if ((i + t) % 2 == 0) {
+            ac.FirstToken(ticket, now);
+          }
+          ac.Finished(ticket, now);
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) {
+    th.join();
+  }
+  EXPECT_EQ(admitted.load(), 100);
+  EXPECT_EQ(ac.queue("m").requests, 0);
+  EXPECT_EQ(ac.queue("m").tokens, 0);
+}
+
+// --- Config -----------------------------------------------------------------------
+
+TEST(AdmissionConfigTest, ParsesDefaultsAndOverridesThatInheritThem) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfigYaml(R"(
+models: [{path: m.gguf}]
+admission:
+  defaults: {requests_per_second: 2.5, request_burst: 5, tokens_per_second: 1000}
+  tenants:
+    acme: {tokens_per_second: 50000, token_burst: 100000}
+    anonymous: {requests_per_second: 0}
+  max_ttft: 1500ms
+  reject_past_deadline: false
+  max_queued_requests: 64
+  max_queued_tokens: 100000
+  initial_prefill_rate: 250
+  rate_window: 5s
+)");
+  ASSERT_OK(c.status());
+  const AdmissionConfig& a = c->admission;
+  EXPECT_DOUBLE_EQ(a.defaults.requests_per_second, 2.5);
+  EXPECT_DOUBLE_EQ(a.defaults.request_burst, 5);
+  EXPECT_DOUBLE_EQ(a.defaults.tokens_per_second, 1000);
+  EXPECT_DOUBLE_EQ(a.LimitsFor("acme").requests_per_second, 2.5);  // inherited
+  EXPECT_DOUBLE_EQ(a.LimitsFor("acme").tokens_per_second, 50000);
+  EXPECT_DOUBLE_EQ(a.LimitsFor("acme").token_burst, 100000);
+  EXPECT_DOUBLE_EQ(a.LimitsFor("anonymous").requests_per_second, 0);
+  EXPECT_DOUBLE_EQ(a.LimitsFor("anonymous").tokens_per_second, 1000);
+  EXPECT_DOUBLE_EQ(a.LimitsFor("someone").request_burst, 5);  // the defaults
+  EXPECT_TRUE(Near(a.max_ttft, absl::Milliseconds(1500)));
+  EXPECT_FALSE(a.reject_past_deadline);
+  EXPECT_EQ(a.max_queued_requests, 64);
+  EXPECT_EQ(a.max_queued_tokens, 100000);
+  EXPECT_DOUBLE_EQ(a.initial_prefill_rate, 250);
+  EXPECT_TRUE(Near(a.rate_window, absl::Seconds(5)));
+  EXPECT_OK(c->Validate());
+}
+
+TEST(AdmissionConfigTest, OffByDefault) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfigYaml("models: [{path: m.gguf}]\n");
+  ASSERT_OK(c.status());
+  EXPECT_EQ(c->admission.max_ttft, absl::ZeroDuration());
+  EXPECT_EQ(c->admission.max_queued_requests, 0);
+  EXPECT_FALSE(TokenBucket(c->admission.defaults.requests_per_second, 0, absl::Now()).limited());
+}
+
+TEST(AdmissionConfigTest, ErrorsNameTheKey) {
+  struct Case {
+    const char* yaml;
+    const char* want;
+  };
+  const std::vector<Case> cases = {
+      {"admission: {max_tll: 1s}", "unknown key 'admission.max_tll'"},
+      {"admission: {defaults: {rps: 1}}", "unknown key 'admission.defaults.rps'"},
+      {"admission: {tenants: {acme: {burst: 1}}}", "unknown key 'admission.tenants.acme.burst'"},
+      {"admission: {defaults: {requests_per_second: fast}}",
+       "admission.defaults.requests_per_second: want a number, got 'fast'"},
+      {"admission: {tenants: [acme]}", "admission.tenants: want a map"},
+      {"admission: {max_ttft: soon}", "admission.max_ttft: want a duration"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_THAT(ParseRouterConfigYaml(absl::StrCat("models: [{path: m.gguf}]\n", c.yaml)).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.want)))
+        << c.yaml;
+  }
+  const std::vector<Case> invalid = {
+      {"admission: {tenants: {acme: {token_burst: -1}}}",
+       "admission.tenants.acme.token_burst must be a finite number >= 0, got -1"},
+      {"admission: {max_ttft: -1s}", "admission.max_ttft must be >= 0"},
+      {"admission: {max_queued_requests: -3}", "admission.max_queued_requests"},
+      {"admission: {initial_prefill_rate: 0}", "admission.initial_prefill_rate must be a positive"},
+      {"admission: {rate_window: 0s}", "admission.rate_window must be positive"},
+  };
+  for (const Case& c : invalid) {
+    absl::StatusOr<RouterConfig> parsed =
+        ParseRouterConfigYaml(absl::StrCat("models: [{path: m.gguf}]\n", c.yaml));
+    ASSERT_OK(parsed.status()) << c.yaml;
+    EXPECT_THAT(parsed->Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.want)))
+        << c.yaml;
+  }
+}
+
+// --- Retry-After ------------------------------------------------------------------
+
+TEST(RetryAfterTest, TravelsOnTheStatusAndPrintsAsWholeSecondsRoundedUp) {
+  const absl::Status s =
+      WithRetryAfter(absl::ResourceExhaustedError("full"), absl::Milliseconds(2100));
+  EXPECT_EQ(RetryAfter(s, absl::Seconds(9)), absl::Milliseconds(2100));
+  EXPECT_EQ(RetryAfter(absl::ResourceExhaustedError("x"), absl::Seconds(9)), absl::Seconds(9));
+  EXPECT_EQ(RetryAfterSeconds(absl::Milliseconds(2100)), "3");
+  EXPECT_EQ(RetryAfterSeconds(absl::Seconds(2)), "2");
+  EXPECT_EQ(RetryAfterSeconds(absl::Milliseconds(1)), "1");
+  EXPECT_EQ(RetryAfterSeconds(absl::ZeroDuration()), "1");
+  EXPECT_EQ(RetryAfterSeconds(absl::InfiniteDuration()), "86400");
+  EXPECT_OK(WithRetryAfter(absl::OkStatus(), absl::Seconds(1)));
+}
+
+}  // namespace
+}  // namespace tandem::router

@@ -79,6 +79,9 @@ Router::Router(RouterConfig config, ModelCatalog catalog, SnapshotSource snapsho
   if (config_.semantic_cache.enabled) {
     cache_ = std::make_unique<SemanticCache>(config_.semantic_cache,
                                              embedder_ != nullptr ? embedder_->dim() : 0, clock_);
+    for (const auto& m : catalog_.models()) {
+      metrics_.InitCache(m->name());
+    }
   }
   if (config_.routing.enabled()) {
     absl::StatusOr<std::unique_ptr<ComplexityRouter>> r =

@@ -54,7 +54,20 @@ void RouterMetrics::CountRoute(const std::string& model, const std::string& rout
   c->Increment();
 }
 
+void RouterMetrics::InitCache(const std::string& model) {
+  for (const bool hit : {true, false}) {
+    for (const char* tier : {"exact", "semantic"}) {
+      CacheCounter(model, tier, hit);
+    }
+  }
+}
+
 void RouterMetrics::CountCache(const std::string& model, const std::string& tier, bool hit) {
+  CacheCounter(model, tier, hit)->Increment();
+}
+
+base::Counter* RouterMetrics::CacheCounter(const std::string& model, const std::string& tier,
+                                           bool hit) {
   base::Counter* counter;
   {
     absl::MutexLock lock(&mu_);
@@ -69,7 +82,7 @@ void RouterMetrics::CountCache(const std::string& model, const std::string& tier
     }
     counter = it->second;
   }
-  counter->Increment();
+  return counter;
 }
 
 base::Histogram* RouterMetrics::ModelHistogram(std::map<std::string, base::Histogram*>& cache,

@@ -36,6 +36,9 @@ class RouterMetrics {
   // tandem_semantic_cache_misses_total{model,tier}: tier "exact" or "semantic"
   // (a miss: the last tier consulted).
   void CountCache(const std::string& model, const std::string& tier, bool hit);
+  // Exports `model`'s four cache series at 0 (hits and misses, both tiers),
+  // so dashboards and rate() see them before the first hit.
+  void InitCache(const std::string& model);
   // tandem_router_workers_up{role}; also tandem_router_prefix_index_blocks.
   void SetWorkersUp(const RegistrySnapshot& snapshot, absl::Time now);
 
@@ -72,6 +75,7 @@ class RouterMetrics {
   std::map<std::string, base::Histogram*> ttft_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, base::Histogram*> tpot_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, base::Histogram*> e2e_ ABSL_GUARDED_BY(mu_);
+  base::Counter* CacheCounter(const std::string& model, const std::string& tier, bool hit);
   std::map<std::tuple<bool, std::string, std::string>, base::Counter*> cache_counters_
       ABSL_GUARDED_BY(mu_);
   struct AdmissionGauges {

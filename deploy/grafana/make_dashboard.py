@@ -68,6 +68,13 @@ PANELS = [
      [t("sum(rate(tandem_prefill_cached_prompt_tokens_total[$__rate_interval])) / "
         "sum(rate(tandem_prefill_prompt_tokens_total[$__rate_interval]))", "prompt tokens cached")],
      "Share of prompt tokens found in the prefill workers' prefix cache."),
+    ("Semantic-cache hit rate", "percentunit",
+     [t("sum by (model, tier) (rate(tandem_semantic_cache_hits_total[$__rate_interval])) / "
+        "(sum by (model, tier) (rate(tandem_semantic_cache_hits_total[$__rate_interval])) + "
+        "sum by (model, tier) (rate(tandem_semantic_cache_misses_total[$__rate_interval])))",
+        "{{model}} {{tier}}")],
+     "Cacheable requests answered from the router's response cache, by model and tier "
+     "(exact, semantic); a miss counts at the last tier consulted."),
     ("Route decisions per pool", "reqps",
      [t("sum by (model, route) (rate(tandem_router_route_decisions_total[$__rate_interval]))",
         "{{model}} {{route}}")],

@@ -73,8 +73,25 @@ absl::StatusOr<std::vector<engine::TokenId>> Embedder::Tokenize(absl::string_vie
 
 absl::StatusOr<Embedding> Embedder::Embed(absl::string_view text) {
   const std::string one(text);
+  {
+    absl::MutexLock lock(&recent_mu_);
+    if (auto it = recent_index_.find(one); it != recent_index_.end()) {
+      recent_.splice(recent_.begin(), recent_, it->second);
+      ++recent_hits_;
+      return it->second->second;
+    }
+  }
   absl::StatusOr<std::vector<Embedding>> all = EmbedAll(absl::MakeConstSpan(&one, 1));
   if (!all.ok()) return all.status();
+  absl::MutexLock lock(&recent_mu_);
+  if (!recent_index_.contains(one)) {
+    recent_.emplace_front(one, (*all)[0]);
+    recent_index_[one] = recent_.begin();
+    if (recent_.size() > kRecentTexts) {
+      recent_index_.erase(recent_.back().first);
+      recent_.pop_back();
+    }
+  }
   return std::move((*all)[0]);
 }
 
@@ -153,6 +170,11 @@ void Embedder::RunBatches() {
 int64_t Embedder::encoder_calls() const {
   absl::MutexLock lock(&mu_);
   return encoder_calls_;
+}
+
+int64_t Embedder::recent_hits() const {
+  absl::MutexLock lock(&recent_mu_);
+  return recent_hits_;
 }
 
 int64_t Embedder::texts_embedded() const {

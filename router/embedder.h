@@ -16,15 +16,22 @@
 // that differ only after the cut get the same vector, which a cache must not
 // take for similarity.
 //
+// Recent texts: the last `kRecentTexts` distinct texts embedded keep their
+// vectors, so a request whose text is embedded twice on its way through the
+// router (complexity routing in Prepare, then the semantic cache in Start)
+// pays for one encoder pass.
+//
 // Thread-safe.
 
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -55,9 +62,13 @@ class Embedder {
   // Several texts in one call (still batched with concurrent callers).
   absl::StatusOr<std::vector<Embedding>> EmbedAll(absl::Span<const std::string> texts);
 
-  // Encoder calls so far and texts embedded (tests and metrics: batching).
+  // Encoder calls so far, texts embedded by them, and texts answered from
+  // the recent texts (tests and metrics).
   int64_t encoder_calls() const;
   int64_t texts_embedded() const;
+  int64_t recent_hits() const;
+
+  static constexpr size_t kRecentTexts = 64;
 
  private:
   struct Pending;
@@ -76,6 +87,13 @@ class Embedder {
   bool leader_running_ ABSL_GUARDED_BY(mu_) = false;
   int64_t encoder_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t texts_embedded_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Recent texts, most recent first (text -> its embedding).
+  mutable absl::Mutex recent_mu_;
+  std::list<std::pair<std::string, Embedding>> recent_ ABSL_GUARDED_BY(recent_mu_);
+  absl::flat_hash_map<std::string, std::list<std::pair<std::string, Embedding>>::iterator>
+      recent_index_ ABSL_GUARDED_BY(recent_mu_);
+  int64_t recent_hits_ ABSL_GUARDED_BY(recent_mu_) = 0;
 };
 
 }  // namespace tandem::router

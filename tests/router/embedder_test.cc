@@ -81,8 +81,33 @@ TEST(EmbedderTest, BatchesWholeCallersAndKeepsTheEncodersBits) {
   }
   for (std::thread& t : threads) t.join();
   for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(got[i], want[i]) << texts[i];
-  EXPECT_EQ(embedder->texts_embedded(), 5 + 5 * 4);
-  EXPECT_LE(embedder->encoder_calls(), 1 + 5 * 4);
+  // Each thread's first call runs the encoder; its next three are recent texts.
+  EXPECT_EQ(embedder->texts_embedded(), 5 + 5);
+  EXPECT_EQ(embedder->recent_hits(), 5 * 3);
+  EXPECT_LE(embedder->encoder_calls(), 1 + 5);
+}
+
+// Complexity routing (Prepare) and the semantic cache (Start) embed the same
+// last user message: the second costs no encoder pass, until the text falls
+// out of the recent ones.
+TEST(EmbedderTest, RecentTextsAreNotEmbeddedTwice) {
+  EmbeddingConfig config;
+  config.model = kModel;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Embedder> embedder, Embedder::Load(config));
+  const std::string text = "How do I reverse a list in Python?";
+  ASSERT_OK_AND_ASSIGN(Embedding first, embedder->Embed(text));
+  ASSERT_OK_AND_ASSIGN(Embedding again, embedder->Embed(text));
+  EXPECT_EQ(embedder->encoder_calls(), 1);
+  EXPECT_EQ(embedder->recent_hits(), 1);
+  EXPECT_EQ(again.vector, first.vector);
+  EXPECT_EQ(again.tokens, first.tokens);
+  for (size_t i = 0; i < Embedder::kRecentTexts; ++i) {
+    ASSERT_OK(embedder->Embed(absl::StrCat("filler ", i)).status());
+  }
+  const int64_t calls = embedder->encoder_calls();
+  ASSERT_OK_AND_ASSIGN(Embedding evicted, embedder->Embed(text));
+  EXPECT_EQ(embedder->encoder_calls(), calls + 1);  // pushed out by 64 newer texts
+  EXPECT_EQ(evicted.vector, first.vector);
 }
 
 TEST(EmbedderTest, CutsLongTextsAndSaysSo) {

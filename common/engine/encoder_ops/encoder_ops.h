@@ -14,7 +14,8 @@ namespace tandem::engine::encoder_ops {
 
 // Scratch one AttendHead call needs, in floats, for a sequence of len tokens.
 inline int64_t AttendScratchFloats(int64_t len, int64_t head_dim) {
-  return head_dim * len + len;
+  const int64_t len16 = (len + 15) / 16 * 16;  // keys padded to whole 16-float vectors
+  return head_dim * len16 + len16;
 }
 
 struct Table {

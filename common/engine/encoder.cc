@@ -69,16 +69,21 @@ class BertTensors {
 
 }  // namespace
 
-Encoder::Encoder(std::unique_ptr<GgufFile> file, int num_threads)
-    : file_(std::move(file)), pool_(std::max(1, num_threads)) {}
+Encoder::Encoder(std::unique_ptr<GgufFile> file, int num_threads, EncoderPrecision precision)
+    : file_(std::move(file)),
+      precision_(precision == EncoderPrecision::kBf16 && encoder_ops::Bf16Supported()
+                     ? EncoderPrecision::kBf16
+                     : EncoderPrecision::kF32),
+      pool_(std::max(1, num_threads)) {}
 
-absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Load(const std::string& path, int num_threads) {
+absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Load(const std::string& path, int num_threads,
+                                                       EncoderPrecision precision) {
   absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
   if (!file.ok()) {
     return absl::Status(file.status().code(),
                         absl::StrCat("loading encoder ", path, ": ", file.status().message()));
   }
-  std::unique_ptr<Encoder> encoder(new Encoder(*std::move(file), num_threads));
+  std::unique_ptr<Encoder> encoder(new Encoder(*std::move(file), num_threads, precision));
   if (absl::Status s = encoder->Init(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("loading encoder ", path, ": ", s.message()));
   }
@@ -157,7 +162,23 @@ absl::Status Encoder::Init() {
     ASSIGN_OR_RETURN(l.attn_norm_b, t.Vector(p + "attn_output_norm.bias", d));
     ASSIGN_OR_RETURN(l.out_norm_w, t.Vector(p + "layer_output_norm.weight", d));
     ASSIGN_OR_RETURN(l.out_norm_b, t.Vector(p + "layer_output_norm.bias", d));
+    if (precision_ == EncoderPrecision::kBf16) {
+      auto pack = [](const WeightMatrix& w, const std::vector<float>& bias) {
+        std::vector<float> rows(w.rows() * w.cols());
+        for (int64_t r = 0; r < w.rows(); ++r) {
+          w.DequantizeRowTo(r, &rows[r * w.cols()]);
+        }
+        return encoder_ops::PackBf16(rows.data(), bias.data(), w.rows(), w.cols());
+      };
+      l.q16 = pack(l.q, l.q_bias);
+      l.k16 = pack(l.k, l.k_bias);
+      l.v16 = pack(l.v, l.v_bias);
+      l.o16 = pack(l.o, l.o_bias);
+      l.up16 = pack(l.up, l.up_bias);
+      l.down16 = pack(l.down, l.down_bias);
+    }
   }
+  zero_bias_.assign(c.n_ff, 0.0f);
   return absl::OkStatus();
 }
 
@@ -181,6 +202,23 @@ void Encoder::Attention(const std::vector<int64_t>& starts) {
     }
     const int64_t off = begin * d + h * hd;
     ops.attend_head(&q_[off], &k_[off], &v_[off], d, len, hd, scale, scratch.data(), &attn_[off]);
+  });
+}
+
+void Encoder::Linear(const WeightMatrix& w, const std::vector<float>& bias,
+                     const encoder_ops::PackedBf16& packed, const float* x, int64_t n, float* y) {
+  if (precision_ == EncoderPrecision::kF32) {
+    MatMul(w, x, n, y, pool_);
+    encoder_ops::Ops().add_bias(y, n, w.rows(), bias.data());
+    return;
+  }
+  xb_.resize(n * w.cols());
+  encoder_ops::ToBf16(x, n * w.cols(), xb_.data());
+  constexpr int64_t kGroup = 4;  // 16-row panels per task
+  const int64_t n_panels = (w.rows() + 15) / 16;
+  pool_.Run((n_panels + kGroup - 1) / kGroup, [&](int64_t task, int /*thread*/) {
+    const int64_t p0 = task * kGroup;
+    encoder_ops::GemmBf16Panels(xb_.data(), n, packed, p0, std::min(n_panels, p0 + kGroup), y);
   });
 }
 
@@ -230,21 +268,16 @@ absl::StatusOr<std::vector<std::vector<float>>> Encoder::Embed(
   ops.add_layer_norm(x_.data(), nullptr, n, d, embd_norm_w_.data(), embd_norm_b_.data(), eps);
 
   for (const Layer& l : layers_) {
-    MatMul(l.q, x_.data(), n, q_.data(), pool_);
-    MatMul(l.k, x_.data(), n, k_.data(), pool_);
-    MatMul(l.v, x_.data(), n, v_.data(), pool_);
-    ops.add_bias(q_.data(), n, d, l.q_bias.data());
-    ops.add_bias(k_.data(), n, d, l.k_bias.data());
-    ops.add_bias(v_.data(), n, d, l.v_bias.data());
+    Linear(l.q, l.q_bias, l.q16, x_.data(), n, q_.data());
+    Linear(l.k, l.k_bias, l.k16, x_.data(), n, k_.data());
+    Linear(l.v, l.v_bias, l.v16, x_.data(), n, v_.data());
     Attention(starts);
-    MatMul(l.o, attn_.data(), n, proj_.data(), pool_);
-    ops.add_bias(proj_.data(), n, d, l.o_bias.data());
+    Linear(l.o, l.o_bias, l.o16, attn_.data(), n, proj_.data());
     ops.add_layer_norm(x_.data(), proj_.data(), n, d, l.attn_norm_w.data(), l.attn_norm_b.data(),
                        eps);
-    MatMul(l.up, x_.data(), n, ff_.data(), pool_);
-    ops.bias_gelu(ff_.data(), n, c.n_ff, l.up_bias.data());
-    MatMul(l.down, ff_.data(), n, proj_.data(), pool_);
-    ops.add_bias(proj_.data(), n, d, l.down_bias.data());
+    Linear(l.up, l.up_bias, l.up16, x_.data(), n, ff_.data());
+    ops.bias_gelu(ff_.data(), n, c.n_ff, zero_bias_.data());
+    Linear(l.down, l.down_bias, l.down16, ff_.data(), n, proj_.data());
     ops.add_layer_norm(x_.data(), proj_.data(), n, d, l.out_norm_w.data(), l.out_norm_b.data(),
                        eps);
   }

@@ -1,4 +1,5 @@
 #include "common/engine/encoder_ops/encoder_ops.h"
+#include "common/engine/encoder_ops/gemm_bf16.h"
 
 namespace tandem::engine::encoder_ops {
 namespace scalar {
@@ -28,5 +29,13 @@ const Table& OpsFor(Isa isa) {
 }
 
 const Table& Ops() { return OpsFor(ActiveIsa()); }
+
+bool Bf16Supported() {
+#if defined(__x86_64__)
+  return ActiveIsa() >= Isa::kAvx512 && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
 
 }  // namespace tandem::engine::encoder_ops

@@ -12,8 +12,9 @@
 // than padded: the matmuls run over all real tokens of the batch, and each
 // token attends only to the tokens of its own sequence — exactly what an
 // attention mask over a padded batch computes, without the padding's work.
-// Every per-token operation is row-local and MatMul is batch invariant, so a
-// sequence's embedding has the same bits whatever else is in the batch.
+// Every per-token operation is row-local and MatMul (and the BF16 GEMM) is
+// batch invariant, so a sequence's embedding has the same bits whatever else
+// is in the batch.
 //
 // Thread-compatible: Embed reuses scratch buffers and the pool; call it from
 // one thread at a time.

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
+#include "common/engine/encoder_ops/encoder_ops.h"
 
 namespace tandem::engine {
 namespace {
@@ -66,80 +67,23 @@ class BertTensors {
   const GgufFile& file_;
 };
 
-// x[i] += bias for each of `rows` rows of bias.size().
-void AddBias(float* x, int64_t rows, const std::vector<float>& bias) {
-  const int64_t n = static_cast<int64_t>(bias.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < n; ++i) {
-      x[r * n + i] += bias[i];
-    }
-  }
-}
-
-// x = LayerNorm(x + residual) row by row (BERT's post-LN), over rows of n.
-void AddLayerNorm(float* x, const float* residual, int64_t rows, int64_t n,
-                  const std::vector<float>& w, const std::vector<float>& b, double eps) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = x + r * n;
-    double sum = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      if (residual != nullptr) {
-        row[i] += residual[r * n + i];
-      }
-      sum += row[i];
-    }
-    const double mean = sum / n;
-    double var = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      var += (row[i] - mean) * (row[i] - mean);
-    }
-    const double inv = 1.0 / std::sqrt(var / n + eps);
-    for (int64_t i = 0; i < n; ++i) {
-      row[i] = static_cast<float>((row[i] - mean) * inv) * w[i] + b[i];
-    }
-  }
-}
-
-// erf(x) in float as a rational function on [-4, 4] (erf is +-1 in float beyond): the
-// coefficients of Eigen's / XLA's float erf; max abs error 4e-7 (vs 3e-8 for libm's erff),
-// but branch-free, so the loop below vectorizes (libm's erff took 30 % of a forward pass).
-inline float Erf(float x) {
-  x = std::clamp(x, -4.0f, 4.0f);
-  const float x2 = x * x;
-  float p = -2.72614225801306e-10f;
-  p = p * x2 + 2.77068142495902e-08f;
-  p = p * x2 - 2.10102402082508e-06f;
-  p = p * x2 - 5.69250639462346e-05f;
-  p = p * x2 - 7.34990630326855e-04f;
-  p = p * x2 - 2.95459980854025e-03f;
-  p = p * x2 - 1.60960333262415e-02f;
-  float q = -1.45660718464996e-05f;
-  q = q * x2 - 2.13374055278905e-04f;
-  q = q * x2 - 1.68282697438203e-03f;
-  q = q * x2 - 7.37332916720468e-03f;
-  q = q * x2 - 1.42647390514189e-02f;
-  return x * p / q;
-}
-
-// GELU as BERT defines it (erf, not the tanh approximation).
-void Gelu(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = 0.5f * x[i] * (1.0f + Erf(x[i] * float(M_SQRT1_2)));
-  }
-}
-
 }  // namespace
 
-Encoder::Encoder(std::unique_ptr<GgufFile> file, int num_threads)
-    : file_(std::move(file)), pool_(std::max(1, num_threads)) {}
+Encoder::Encoder(std::unique_ptr<GgufFile> file, int num_threads, EncoderPrecision precision)
+    : file_(std::move(file)),
+      precision_(precision == EncoderPrecision::kBf16 && encoder_ops::Bf16Supported()
+                     ? EncoderPrecision::kBf16
+                     : EncoderPrecision::kF32),
+      pool_(std::max(1, num_threads)) {}
 
-absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Load(const std::string& path, int num_threads) {
+absl::StatusOr<std::unique_ptr<Encoder>> Encoder::Load(const std::string& path, int num_threads,
+                                                       EncoderPrecision precision) {
   absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
   if (!file.ok()) {
     return absl::Status(file.status().code(),
                         absl::StrCat("loading encoder ", path, ": ", file.status().message()));
   }
-  std::unique_ptr<Encoder> encoder(new Encoder(*std::move(file), num_threads));
+  std::unique_ptr<Encoder> encoder(new Encoder(*std::move(file), num_threads, precision));
   if (absl::Status s = encoder->Init(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("loading encoder ", path, ": ", s.message()));
   }
@@ -218,7 +162,23 @@ absl::Status Encoder::Init() {
     ASSIGN_OR_RETURN(l.attn_norm_b, t.Vector(p + "attn_output_norm.bias", d));
     ASSIGN_OR_RETURN(l.out_norm_w, t.Vector(p + "layer_output_norm.weight", d));
     ASSIGN_OR_RETURN(l.out_norm_b, t.Vector(p + "layer_output_norm.bias", d));
+    if (precision_ == EncoderPrecision::kBf16) {
+      auto pack = [](const WeightMatrix& w, const std::vector<float>& bias) {
+        std::vector<float> rows(w.rows() * w.cols());
+        for (int64_t r = 0; r < w.rows(); ++r) {
+          w.DequantizeRowTo(r, &rows[r * w.cols()]);
+        }
+        return encoder_ops::PackBf16(rows.data(), bias.data(), w.rows(), w.cols());
+      };
+      l.q16 = pack(l.q, l.q_bias);
+      l.k16 = pack(l.k, l.k_bias);
+      l.v16 = pack(l.v, l.v_bias);
+      l.o16 = pack(l.o, l.o_bias);
+      l.up16 = pack(l.up, l.up_bias);
+      l.down16 = pack(l.down, l.down_bias);
+    }
   }
+  zero_bias_.assign(c.n_ff, 0.0f);
   return absl::OkStatus();
 }
 
@@ -228,51 +188,37 @@ void Encoder::Attention(const std::vector<int64_t>& starts) {
   const int64_t hd = d / heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t num_seqs = static_cast<int64_t>(starts.size()) - 1;
+  const encoder_ops::Table& ops = encoder_ops::Ops();
   // One task per (sequence, head); each reads and writes only its own rows and head slice.
   pool_.Run(num_seqs * heads, [&](int64_t task, int /*thread*/) {
+    static thread_local std::vector<float> scratch;  // grows, never shrinks: no allocation
     const int64_t s = task / heads;
     const int64_t h = task % heads;
     const int64_t begin = starts[s];
     const int64_t len = starts[s + 1] - begin;
-    // K of this head transposed ([e][j]), so the score loop runs along keys and vectorizes.
-    std::vector<float> kt(hd * len);
-    for (int64_t j = 0; j < len; ++j) {
-      const float* k = &k_[(begin + j) * d + h * hd];
-      for (int64_t e = 0; e < hd; ++e) {
-        kt[e * len + j] = k[e];
-      }
+    const int64_t need = encoder_ops::AttendScratchFloats(len, hd);
+    if (static_cast<int64_t>(scratch.size()) < need) {
+      scratch.resize(need);
     }
-    std::vector<float> scores(len);
-    for (int64_t i = 0; i < len; ++i) {
-      const float* q = &q_[(begin + i) * d + h * hd];
-      std::fill(scores.begin(), scores.end(), 0.0f);
-      for (int64_t e = 0; e < hd; ++e) {
-        const float qe = q[e];
-        const float* kte = &kt[e * len];
-        for (int64_t j = 0; j < len; ++j) {
-          scores[j] += qe * kte[j];
-        }
-      }
-      float max_score = -INFINITY;
-      for (int64_t j = 0; j < len; ++j) {
-        scores[j] *= scale;
-        max_score = std::max(max_score, scores[j]);
-      }
-      float sum = 0;
-      for (int64_t j = 0; j < len; ++j) {
-        scores[j] = std::exp(scores[j] - max_score);
-        sum += scores[j];
-      }
-      float* out = &attn_[(begin + i) * d + h * hd];
-      std::fill(out, out + hd, 0.0f);
-      for (int64_t j = 0; j < len; ++j) {
-        const float p = scores[j] / sum;
-        const float* v = &v_[(begin + j) * d + h * hd];
-        for (int64_t e = 0; e < hd; ++e) {
-          out[e] += p * v[e];
-        }
-      }
-    }
+    const int64_t off = begin * d + h * hd;
+    ops.attend_head(&q_[off], &k_[off], &v_[off], d, len, hd, scale, scratch.data(), &attn_[off]);
+  });
+}
+
+void Encoder::Linear(const WeightMatrix& w, const std::vector<float>& bias,
+                     const encoder_ops::PackedBf16& packed, const float* x, int64_t n, float* y) {
+  if (precision_ == EncoderPrecision::kF32) {
+    MatMul(w, x, n, y, pool_);
+    encoder_ops::Ops().add_bias(y, n, w.rows(), bias.data());
+    return;
+  }
+  xb_.resize(n * w.cols());
+  encoder_ops::ToBf16(x, n * w.cols(), xb_.data());
+  constexpr int64_t kGroup = 4;  // 16-row panels per task
+  const int64_t n_panels = (w.rows() + 15) / 16;
+  pool_.Run((n_panels + kGroup - 1) / kGroup, [&](int64_t task, int /*thread*/) {
+    const int64_t p0 = task * kGroup;
+    encoder_ops::GemmBf16Panels(xb_.data(), n, packed, p0, std::min(n_panels, p0 + kGroup), y);
   });
 }
 
@@ -317,25 +263,23 @@ absl::StatusOr<std::vector<std::vector<float>>> Encoder::Embed(
       }
     }
   }
-  AddLayerNorm(x_.data(), nullptr, n, d, embd_norm_w_, embd_norm_b_, c.norm_eps);
+  const encoder_ops::Table& ops = encoder_ops::Ops();
+  const float eps = static_cast<float>(c.norm_eps);
+  ops.add_layer_norm(x_.data(), nullptr, n, d, embd_norm_w_.data(), embd_norm_b_.data(), eps);
 
   for (const Layer& l : layers_) {
-    MatMul(l.q, x_.data(), n, q_.data(), pool_);
-    MatMul(l.k, x_.data(), n, k_.data(), pool_);
-    MatMul(l.v, x_.data(), n, v_.data(), pool_);
-    AddBias(q_.data(), n, l.q_bias);
-    AddBias(k_.data(), n, l.k_bias);
-    AddBias(v_.data(), n, l.v_bias);
+    Linear(l.q, l.q_bias, l.q16, x_.data(), n, q_.data());
+    Linear(l.k, l.k_bias, l.k16, x_.data(), n, k_.data());
+    Linear(l.v, l.v_bias, l.v16, x_.data(), n, v_.data());
     Attention(starts);
-    MatMul(l.o, attn_.data(), n, proj_.data(), pool_);
-    AddBias(proj_.data(), n, l.o_bias);
-    AddLayerNorm(x_.data(), proj_.data(), n, d, l.attn_norm_w, l.attn_norm_b, c.norm_eps);
-    MatMul(l.up, x_.data(), n, ff_.data(), pool_);
-    AddBias(ff_.data(), n, l.up_bias);
-    Gelu(ff_.data(), n * c.n_ff);
-    MatMul(l.down, ff_.data(), n, proj_.data(), pool_);
-    AddBias(proj_.data(), n, l.down_bias);
-    AddLayerNorm(x_.data(), proj_.data(), n, d, l.out_norm_w, l.out_norm_b, c.norm_eps);
+    Linear(l.o, l.o_bias, l.o16, attn_.data(), n, proj_.data());
+    ops.add_layer_norm(x_.data(), proj_.data(), n, d, l.attn_norm_w.data(), l.attn_norm_b.data(),
+                       eps);
+    Linear(l.up, l.up_bias, l.up16, x_.data(), n, ff_.data());
+    ops.bias_gelu(ff_.data(), n, c.n_ff, zero_bias_.data());
+    Linear(l.down, l.down_bias, l.down16, ff_.data(), n, proj_.data());
+    ops.add_layer_norm(x_.data(), proj_.data(), n, d, l.out_norm_w.data(), l.out_norm_b.data(),
+                       eps);
   }
 
   // Mean over each sequence's tokens, then L2 normalization (eps as torch's F.normalize).

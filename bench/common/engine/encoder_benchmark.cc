@@ -1,6 +1,7 @@
 // engine::Encoder on all-MiniLM-L6-v2 (F32 GGUF from scripts/fetch_models.sh --minilm;
 // skipped naming that command when missing): the latency of embedding one prompt of 50
-// tokens and a batch of 16 such prompts, at 1 and 2 threads. The ids are fixed pseudo-random
+// tokens and a batch of 16 such prompts, at 1 and 2 threads, F32 and (bf16:1, where the CPU has
+// AVX512-BF16) EncoderPrecision::kBf16. The ids are fixed pseudo-random
 // word pieces between [CLS] and [SEP] (the cost depends only on the length).
 //
 //   build/bin/encoder_benchmark --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
@@ -21,14 +22,19 @@ constexpr int kTokens = 50;
 void BM_Embed(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
+  const auto precision = state.range(2) ? EncoderPrecision::kBf16 : EncoderPrecision::kF32;
   auto path = ResolveModelPath("all-minilm-l6-v2");
   if (!path.ok()) {
     state.SkipWithError(std::string(path.status().message()).c_str());
     return;
   }
-  auto encoder = Encoder::Load(*path, threads);
+  auto encoder = Encoder::Load(*path, threads, precision);
   if (!encoder.ok()) {
     state.SkipWithError(std::string(encoder.status().message()).c_str());
+    return;
+  }
+  if ((*encoder)->precision() != precision) {
+    state.SkipWithError("no AVX512-BF16 on this CPU");
     return;
   }
   std::vector<std::vector<TokenId>> ids(batch);
@@ -49,8 +55,8 @@ void BM_Embed(benchmark::State& state) {
                                                   benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Embed)
-    ->ArgNames({"batch", "threads"})
-    ->ArgsProduct({{1, 16}, {1, 2}})
+    ->ArgNames({"batch", "threads", "bf16"})
+    ->ArgsProduct({{1, 16}, {1, 2}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -382,11 +382,17 @@ absl::Status ParseEmbedding(const YAML::Node& root, absl::string_view base_dir,
                             EmbeddingConfig* out) {
   if (!root || !root.IsMap() || !root["embedding"]) return absl::OkStatus();
   YAML::Node e = root["embedding"];
-  RETURN_IF_ERROR(CheckKeys(e, "embedding", {"model", "threads", "max_seq_tokens", "max_batch"}));
+  RETURN_IF_ERROR(CheckKeys(e, "embedding",
+                            {"model", "threads", "max_seq_tokens", "max_batch", "precision"}));
   RETURN_IF_ERROR(ReadString(e, "model", "embedding", &out->model));
   RETURN_IF_ERROR(ReadInt32(e, "threads", "embedding", &out->threads));
   RETURN_IF_ERROR(ReadInt32(e, "max_seq_tokens", "embedding", &out->max_seq_tokens));
   RETURN_IF_ERROR(ReadInt32(e, "max_batch", "embedding", &out->max_batch));
+  RETURN_IF_ERROR(ReadString(e, "precision", "embedding", &out->precision));
+  if (out->precision != "f32" && out->precision != "bf16") {
+    return absl::InvalidArgumentError(absl::StrCat("embedding.precision: '", out->precision,
+                                                   "' (known: f32, bf16)"));
+  }
   if (engine::FindKnownModel(out->model) == nullptr) {  // a name stays a name
     out->model = ResolvePath(out->model, base_dir);
   }

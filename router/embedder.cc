@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/engine/format/gguf.h"
+#include "common/base/logging.h"
 #include "common/engine/model_store.h"
 
 namespace tandem::router {
@@ -34,9 +35,20 @@ absl::StatusOr<std::unique_ptr<Embedder>> Embedder::Load(const EmbeddingConfig& 
   absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
       engine::Tokenizer::FromGguf(**file);
   if (!tokenizer.ok()) return tokenizer.status();
+  if (config.precision != "f32" && config.precision != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedding.precision: '", config.precision, "' (known: f32, bf16)"));
+  }
+  const engine::EncoderPrecision precision = config.precision == "bf16"
+                                                 ? engine::EncoderPrecision::kBf16
+                                                 : engine::EncoderPrecision::kF32;
   absl::StatusOr<std::unique_ptr<engine::Encoder>> encoder =
-      engine::Encoder::Load(*path, config.threads);
+      engine::Encoder::Load(*path, config.threads, precision);
   if (!encoder.ok()) return encoder.status();
+  if (precision == engine::EncoderPrecision::kBf16 &&
+      (*encoder)->precision() != engine::EncoderPrecision::kBf16) {
+    LOG(WARNING) << "embedding.precision: bf16 needs AVX512-BF16; this CPU runs the encoder in f32";
+  }
   const int64_t positions = (*encoder)->config().n_positions;
   if (config.max_seq_tokens < 2 || config.max_seq_tokens > positions) {
     return absl::InvalidArgumentError(absl::StrCat("embedding.max_seq_tokens: ",

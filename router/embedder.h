@@ -56,6 +56,8 @@ class Embedder {
   ~Embedder();
 
   int dim() const { return static_cast<int>(encoder_->dim()); }
+  // The precision the encoder runs (f32 where bf16 was asked but unsupported).
+  engine::EncoderPrecision precision() const { return encoder_->precision(); }
   const EmbeddingConfig& config() const { return config_; }
 
   absl::StatusOr<Embedding> Embed(absl::string_view text);

@@ -239,7 +239,8 @@ TEST(RouterConfigTest, EmbeddingSection) {
   EXPECT_EQ(defaults.embedding.model, "");
   absl::StatusOr<RouterConfig> c = ParseRouterConfigYaml(R"(
 models: [{path: a.gguf}]
-embedding: {model: all-minilm-l6-v2, threads: 2, max_seq_tokens: 128, max_batch: 8}
+embedding: {model: all-minilm-l6-v2, threads: 2, max_seq_tokens: 128, max_batch: 8,
+            precision: bf16}
 )",
                                                          "/etc/tandem");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -247,6 +248,9 @@ embedding: {model: all-minilm-l6-v2, threads: 2, max_seq_tokens: 128, max_batch:
   EXPECT_EQ(c->embedding.threads, 2);
   EXPECT_EQ(c->embedding.max_seq_tokens, 128);
   EXPECT_EQ(c->embedding.max_batch, 8);
+  EXPECT_EQ(c->embedding.precision, "bf16");
+  EXPECT_THAT(ParseRouterConfigYaml("embedding: {precision: fp8}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("embedding.precision")));
   c = ParseRouterConfigYaml("embedding: {model: m/minilm.gguf}", "/etc/tandem");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->embedding.model, "/etc/tandem/m/minilm.gguf");

@@ -128,6 +128,29 @@ TEST(EmbedderTest, CutsLongTextsAndSaysSo) {
   EXPECT_EQ(c.tokens, 4);  // [CLS] one two [SEP]
 }
 
+// embedding.precision: bf16 reaches the encoder (where the CPU has
+// AVX512-BF16) and stays within the encoder's BF16 bound of F32.
+TEST(EmbedderTest, Bf16PrecisionReachesTheEncoder) {
+  EmbeddingConfig config;
+  config.model = kModel;
+  config.precision = "bf16";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Embedder> bf16, Embedder::Load(config));
+  if (bf16->precision() != engine::EncoderPrecision::kBf16) {
+    GTEST_SKIP() << "this CPU has no AVX512-BF16: the encoder runs f32";
+  }
+  config.precision = "f32";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Embedder> f32, Embedder::Load(config));
+  EXPECT_EQ(f32->precision(), engine::EncoderPrecision::kF32);
+  for (const std::string& text : Texts()) {
+    ASSERT_OK_AND_ASSIGN(Embedding a, bf16->Embed(text));
+    ASSERT_OK_AND_ASSIGN(Embedding b, f32->Embed(text));
+    double dot = 0;
+    for (size_t i = 0; i < a.vector.size(); ++i) dot += double{a.vector[i]} * b.vector[i];
+    EXPECT_GT(dot, 0.9999) << text;
+    EXPECT_NE(a.vector, b.vector) << text;  // really a different path
+  }
+}
+
 TEST(EmbedderTest, BadConfigNamesTheField) {
   EmbeddingConfig config;
   config.model = kModel;

@@ -14,6 +14,10 @@
 // setup (embedding and inserting 100 000 entries) takes about a minute.
 //
 //   build/bin/semantic_cache_benchmark --benchmark_min_time=2
+//   TANDEM_EMBEDDING_PRECISION=bf16 build/bin/semantic_cache_benchmark --benchmark_min_time=2
+//
+// TANDEM_EMBEDDING_PRECISION sets the router's embedding.precision (f32
+// when unset).
 //
 // Needs the models from scripts/fetch_models.sh --minilm and ../shared's
 // stories260K (the served model whose tokenizer Prepare runs).
@@ -21,6 +25,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <ctime>
 #include <cmath>
@@ -71,6 +76,7 @@ Setup* Build() {
   auto* s = new Setup();
   EmbeddingConfig ec;
   ec.model = "all-minilm-l6-v2";
+  if (const char* p = std::getenv("TANDEM_EMBEDDING_PRECISION"); p != nullptr) ec.precision = p;
   absl::StatusOr<std::unique_ptr<Embedder>> embedder = Embedder::Load(ec);
   if (!embedder.ok()) {
     s->error = std::string(embedder.status().message());

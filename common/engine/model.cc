@@ -65,9 +65,11 @@ class Loader {
     return t;
   }
 
-  absl::StatusOr<WeightMatrix> Matrix(const std::string& name, int64_t cols, int64_t rows) const {
+  // repack: false for a matrix only looked up by row (see WeightMatrix::Create).
+  absl::StatusOr<WeightMatrix> Matrix(const std::string& name, int64_t cols, int64_t rows,
+                                      bool repack = true) const {
     ASSIGN_OR_RETURN(const GgufTensorInfo* t, Tensor(name, {cols, rows}));
-    auto m = WeightMatrix::Create(t->type, t->data, rows, cols);
+    auto m = WeightMatrix::Create(t->type, t->data, rows, cols, repack);
     if (!m.ok()) return base::Annotate(m.status(), absl::StrCat("tensor ", name));
     return m;
   }
@@ -178,12 +180,13 @@ absl::Status Model::Init() {
         embd ? absl::StrCat(" (got ", DimsString(embd->dims), ")") : ""));
   }
   c.vocab_size = embd->dims[1];
-  ASSIGN_OR_RETURN(token_embd_, l.Matrix("token_embd.weight", dim, c.vocab_size));
+  tied_output_ = f.FindTensor("output.weight") == nullptr;
+  // Untied, the embedding is only looked up by row: no repacked copy.
+  ASSIGN_OR_RETURN(token_embd_,
+                   l.Matrix("token_embd.weight", dim, c.vocab_size, /*repack=*/tied_output_));
   ASSIGN_OR_RETURN(output_norm_, l.Vector("output_norm.weight", dim));
-  if (f.FindTensor("output.weight") != nullptr) {
+  if (!tied_output_) {
     ASSIGN_OR_RETURN(output_, l.Matrix("output.weight", dim, c.vocab_size));
-  } else {
-    tied_output_ = true;
   }
   c.tied_embeddings = tied_output_;
 

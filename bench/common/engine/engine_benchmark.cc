@@ -17,6 +17,10 @@
 //   build/bin/engine_benchmark --benchmark_filter='type:[456]/'
 //
 //   build/bin/engine_benchmark --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+//
+// TANDEM_REPACK=0 in the environment loads the models without the load-time
+// repacked weights (engine::SetLoadTimeRepack(false); tandem-generate
+// --norepack), for side-by-side comparisons.
 
 #include <benchmark/benchmark.h>
 
@@ -25,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -36,6 +41,7 @@
 #include "common/base/thread_pool.h"
 #include "common/engine/engine.h"
 #include "common/engine/format/gguf.h"
+#include "common/engine/kernels/kernels.h"
 #include "common/engine/model.h"
 #include "common/engine/model_builder.h"
 #include "common/engine/model_store.h"
@@ -94,6 +100,13 @@ bool Available(int t, benchmark::State& state) {
 
 const engine::Model& TinyLlama(int t) {
   static auto* models = new std::map<int, std::unique_ptr<engine::Model>>();
+  static const bool repack = [] {
+    const char* env = std::getenv("TANDEM_REPACK");
+    const bool on = env == nullptr || std::string(env) != "0";
+    engine::SetLoadTimeRepack(on);
+    return on;
+  }();
+  (void)repack;
   auto it = models->find(t);
   if (it != models->end()) return *it->second;
   if (const RealModel* real = RealModelOf(t)) {  // the real model: its file as shipped
@@ -314,6 +327,60 @@ void BM_Decode(benchmark::State& state) {
   state.SetLabel(absl::StrCat(TypeName(type), " batch ", batch, " threads ", threads));
 }
 
+// Decode at long context: one sequence holding `context` tokens (imported KV,
+// as BM_Decode) decodes one token per step, 64 steps at most before the
+// sequence is reset (so the context stays within 64 tokens of `context`).
+// Attention's share of the step grows with the context: at 16k tokens the
+// 1.5B reads ~470 MB of F16 KV per token next to ~1 GB of weights. Real
+// models only (types 4-6); llama.cpp's curve: llama-bench -d CONTEXT -n 64
+// (bench/peer/compare_engine.sh --context).
+void BM_DecodeContext(benchmark::State& state) {
+  const int type = state.range(0), context = state.range(1), threads = state.range(2);
+  if (!Available(type, state)) return;
+  const engine::Model& model = TinyLlama(type);
+  constexpr int kSteps = 64;
+  auto engine = MakeEngine(model, threads, (context + kSteps) / 16 + 2);
+  std::vector<int32_t> prompt(context);
+  for (int i = 0; i < context; ++i) prompt[i] = 100 + (i * 37) % 20000;
+  auto fill = [&] {
+    if (!engine->AddSequenceForImport(0, prompt).ok() || !engine->CommitImport(0).ok()) {
+      std::exit(1);
+    }
+  };
+  fill();
+  const int32_t token = 42;
+  const engine::BatchEntry step{0, absl::MakeConstSpan(&token, 1), engine::LogitsMode::kLast};
+  if (!engine->Step(absl::MakeConstSpan(&step, 1)).ok()) std::exit(1);
+  double elapsed = 0;
+  for (auto _ : state) {
+    if (engine->SequenceLength(0) >= context + kSteps) {
+      state.PauseTiming();
+      (void)engine->FreeSequence(0);
+      fill();
+      state.ResumeTiming();
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    auto out = engine->Step(absl::MakeConstSpan(&step, 1));
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(dt);
+    elapsed += dt;
+    if (!out.ok()) {
+      state.SkipWithError(out.status().ToString().c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(out->last_logits(0).data());
+  }
+  const engine::ModelConfig& c = model.config();
+  const double kv_bytes =
+      (context + kSteps / 2.0) * c.num_layers * 2.0 * c.num_kv_heads * c.head_dim * sizeof(uint16_t);
+  const double bytes = model.weight_bytes_per_token() + kv_bytes;
+  const double steps = state.iterations();
+  state.counters["tok/s"] = steps / elapsed;
+  state.counters["kv_MB/step"] = kv_bytes / 1e6;
+  state.counters["frac_of_bw_bound"] = steps * bytes / elapsed / ReadBandwidth(threads);
+  state.SetLabel(absl::StrCat(TypeName(type), " context ", context, " threads ", threads));
+}
+
 // Prefill: one 512-token chunk of a fresh sequence per iteration.
 void BM_Prefill(benchmark::State& state) {
   const int type = state.range(0), threads = state.range(1);
@@ -367,6 +434,12 @@ BENCHMARK(BM_Decode)
     ->ArgNames({"type", "batch", "threads"})
     ->ArgsProduct({{5, 6, 4}, {1, 2, 4, 8, 16, 32, 64, 128}, {1, 2}})
     ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
+BENCHMARK(BM_DecodeContext)
+    ->ArgNames({"type", "context", "threads"})
+    ->ArgsProduct({{4, 6}, {512, 4096, 16384}, {1, 2}})
+    ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);
 BENCHMARK(BM_Prefill)

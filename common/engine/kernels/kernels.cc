@@ -2,13 +2,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/engine/kernels/internal/kernels_internal.h"
+
+#include <sys/mman.h>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -164,6 +168,36 @@ void QuantGemmPanels(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
   });
 }
 
+void PrepackedGemm(const WeightView& w, const uint8_t* packed, const QuantizedActs& xa, int64_t m,
+                   float* y, base::ThreadPool& pool, int panel_rows, int64_t panel_bytes,
+                   int mr_max, int64_t budget_bytes,
+                   absl::FunctionRef<PrepackedTileFn(int mr)> tile) {
+  const int64_t n_panels = (w.rows + panel_rows - 1) / panel_rows;
+  const int64_t group = m <= mr_max ? 1 : std::clamp<int64_t>(budget_bytes / panel_bytes, 1, 8);
+  // Enough tasks to balance the threads, each a whole number of groups.
+  const int64_t target_tasks = int64_t{pool.num_threads()} * 8;
+  const int64_t per_task =
+      std::max<int64_t>(group, (n_panels + target_tasks - 1) / target_tasks / group * group);
+  const int64_t n_tasks = (n_panels + per_task - 1) / per_task;
+  const int64_t n_tiles = (m + mr_max - 1) / mr_max;
+  pool.Run(n_tasks, [&](int64_t task, int /*thread*/) {
+    const int64_t p_end = std::min(n_panels, (task + 1) * per_task);
+    for (int64_t p0 = task * per_task; p0 < p_end; p0 += group) {
+      const int64_t p1 = std::min(p0 + group, p_end);
+      for (int64_t t = 0, i0 = 0; t < n_tiles; i0 += BalancedTile(m, n_tiles, t++)) {
+        const int mr = BalancedTile(m, n_tiles, t);
+        const PrepackedTileFn kernel = tile(mr);
+        const QuantizedActs xi = RowsFrom(xa, i0, w.cols);
+        for (int64_t p = p0; p < p1; ++p) {
+          const int64_t r0 = p * panel_rows;
+          const int nvalid = static_cast<int>(std::min<int64_t>(panel_rows, w.rows - r0));
+          kernel(packed + p * panel_bytes, xi, w.cols, y + i0 * w.rows + r0, w.rows, nvalid);
+        }
+      }
+    }
+  });
+}
+
 }  // namespace internal
 
 Isa DetectIsa() {
@@ -195,8 +229,20 @@ const char* IsaName(Isa isa) {
   return "unknown";
 }
 
+namespace {
+std::atomic<bool>& LoadTimeRepackSlot() {
+  static std::atomic<bool> slot{true};
+  return slot;
+}
+}  // namespace
+
+void SetLoadTimeRepack(bool enabled) {
+  LoadTimeRepackSlot().store(enabled, std::memory_order_relaxed);
+}
+bool LoadTimeRepack() { return LoadTimeRepackSlot().load(std::memory_order_relaxed); }
+
 absl::StatusOr<WeightMatrix> WeightMatrix::Create(GgmlType type, const void* data, int64_t rows,
-                                                  int64_t cols) {
+                                                  int64_t cols, bool repack) {
   // Every type the format knows has kernels (the type table is ggml_type.cc's).
   if (!GgmlTypeFromId(static_cast<uint32_t>(type)).ok()) {
     return absl::InvalidArgumentError(
@@ -213,14 +259,45 @@ absl::StatusOr<WeightMatrix> WeightMatrix::Create(GgmlType type, const void* dat
   if (data == nullptr) {
     return absl::InvalidArgumentError("WeightMatrix: null data");
   }
-  // The kernels repack panels per call into per-thread buffers (cheap next to
-  // the multiply and cache-resident), so weights are always borrowed in their
-  // GGUF layout: an mmap'd file is read in place and costs no extra memory.
   WeightMatrix w;
   w.type_ = type;
   w.rows_ = rows;
   w.cols_ = cols;
   w.data_ = static_cast<const uint8_t*>(data);
+  // Quantized types whose per-call repacking costs more than the multiply at
+  // small batch get a copy repacked once, here, for the active ISA's
+  // kernels; the rest are read in their GGUF layout (an mmap'd file in
+  // place, at no extra memory), repacked per call into cache-resident
+  // panels where the GEMM wants them.
+  const Isa isa = ActiveIsa();
+  const int64_t bytes = repack && LoadTimeRepack() && isa == Isa::kAvx2
+                            ? internal::PrepackedAvx2Bytes(type, rows, cols)
+                            : 0;
+  if (bytes > 0) {
+    // 2 MiB-aligned and marked for transparent huge pages when large: a
+    // decode step streams every byte, and 4 KiB pages would cost a TLB miss
+    // per 4 KiB.
+    constexpr size_t kHuge = size_t{2} << 20;
+    const size_t align = static_cast<size_t>(bytes) >= 4 * kHuge ? kHuge : 64;
+    const size_t size = (static_cast<size_t>(bytes) + align - 1) / align * align;
+    auto* p = static_cast<uint8_t*>(std::aligned_alloc(align, size));
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("WeightMatrix: cannot allocate ", size, " bytes for repacked weights"));
+    }
+    if (align == kHuge) {
+      madvise(p, size, MADV_HUGEPAGE);  // advisory: ignored where THP is off
+    }
+    w.owned_ = std::shared_ptr<uint8_t>(p, [](uint8_t* q) { std::free(q); });
+    // Large matrices on every core (a pool of one runs on this thread).
+    base::ThreadPool pool(bytes >= (int64_t{8} << 20)
+                              ? static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))
+                              : 1);
+    internal::PrepackAvx2(ViewOf(type, w.data_, rows, cols), p, pool);
+    w.packed_ = p;
+    w.packed_bytes_ = bytes;
+    w.packed_isa_ = isa;
+  }
   return w;
 }
 
@@ -239,7 +316,12 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
   // (a tiny model's whole decode step is a few of these): run it here.
   static thread_local base::ThreadPool serial(1);
   base::ThreadPool& pool = m * w.rows_ * w.cols_ < (int64_t{1} << 18) ? serial : caller_pool;
-  switch (ActiveIsa()) {
+  const Isa isa = ActiveIsa();
+  if (w.packed_ != nullptr && isa == w.packed_isa_) {
+    internal::MatMulPrepackedAvx2(v, w.packed_, x, m, y, pool);
+    return;
+  }
+  switch (isa) {
     case Isa::kAvx512Vnni:
       internal::MatMulAvx512(v, x, m, y, pool, /*vnni=*/true);
       return;

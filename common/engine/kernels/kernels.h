@@ -26,13 +26,19 @@ Isa ActiveIsa();
 const char* IsaName(Isa isa);
 
 // A weight matrix of `rows` output features by `cols` inputs, each row stored
-// in `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K). May repack the data at creation for
-// faster kernels (so it may own memory) or borrow `data` (which must then
-// outlive it). `cols` must be a multiple of the type's block size.
+// in `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
+// Borrows `data` (which must outlive it) and, where the ISA active at
+// creation has kernels for a load-time layout of the type, also owns a
+// repacked copy (Q4_0, Q8_0, Q4_K and Q6_K with AVX2: as many bytes as the
+// GGUF data, Q4_K 2.8 % more). MatMul uses the copy while that ISA stays
+// active and the borrowed data otherwise; both give the same bits. `cols`
+// must be a multiple of the type's block size.
 class WeightMatrix {
  public:
+  // `repack` false: never make the repacked copy (a matrix only read by
+  // DequantizeRowTo, such as an untied token embedding).
   static absl::StatusOr<WeightMatrix> Create(GgmlType type, const void* data, int64_t rows,
-                                             int64_t cols);
+                                             int64_t cols, bool repack = true);
   WeightMatrix() = default;
   WeightMatrix(WeightMatrix&&) = default;
   WeightMatrix& operator=(WeightMatrix&&) = default;
@@ -44,6 +50,9 @@ class WeightMatrix {
   int64_t bytes() const { return GgmlRowBytes(type_, cols_) * rows_; }
   // Row r as floats (for embedding lookups and tests).
   void DequantizeRowTo(int64_t r, float* out) const;
+  // Whether a load-time repacked copy exists (see above), and its bytes.
+  bool prepacked() const { return packed_ != nullptr; }
+  int64_t prepacked_bytes() const { return packed_bytes_; }
 
  private:
   friend void MatMul(const WeightMatrix&, const float*, int64_t, float*, base::ThreadPool&);
@@ -51,8 +60,18 @@ class WeightMatrix {
   int64_t rows_ = 0;
   int64_t cols_ = 0;
   const uint8_t* data_ = nullptr;          // row-major, GgmlRowBytes(type, cols) per row
-  std::shared_ptr<uint8_t[]> owned_;       // set if repacked (shared only to be movable/copyable cheaply)
+  // The repacked copy, for packed_isa_ (shared only to be cheaply copyable).
+  std::shared_ptr<uint8_t> owned_;
+  const uint8_t* packed_ = nullptr;
+  int64_t packed_bytes_ = 0;
+  Isa packed_isa_ = Isa::kScalar;
 };
+
+// Whether WeightMatrix::Create makes load-time repacked copies (default on;
+// as llama.cpp's --no-repack, off trades decode speed for the memory of the
+// copy). Applies to matrices created afterwards.
+void SetLoadTimeRepack(bool enabled);
+bool LoadTimeRepack();
 
 // y[i][r] = sum_c x[i][c] * w[r][c] for i < m. x is [m][w.cols()] row-major,
 // y is [m][w.rows()]. For quantized weights activations are quantized to 8

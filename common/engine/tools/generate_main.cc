@@ -45,6 +45,9 @@ ABSL_FLAG(std::string, kv_dtype, "F32", "KV cache type: F32 or F16");
 ABSL_FLAG(int64_t, kv_cache_mib, 512, "KV cache size in MiB");
 ABSL_FLAG(std::string, isa, "", "force a kernel ISA: scalar, avx2, avx512, avx512vnni");
 ABSL_FLAG(bool, ids, false, "also print the generated token ids");
+ABSL_FLAG(bool, repack, true,
+          "repack quantized weights at load for the kernels (--norepack: borrow the "
+          "file's layout, as llama.cpp's --no-repack)");
 
 namespace {
 
@@ -74,6 +77,7 @@ int main(int argc, char** argv) {
     else if (isa == "avx512vnni") tandem::engine::SetActiveIsa(tandem::engine::Isa::kAvx512Vnni);
     else return Fail(absl::InvalidArgumentError(absl::StrCat("unknown --isa ", isa)));
   }
+  tandem::engine::SetLoadTimeRepack(absl::GetFlag(FLAGS_repack));
   auto model_or = tandem::engine::Model::Load(*path);
   if (!model_or.ok()) return Fail(model_or.status());
   const tandem::engine::Model& model = **model_or;

@@ -608,6 +608,428 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
 #include "common/engine/kernels/internal/kernels_levels.inc"
 
 // ---------------------------------------------------------------------------
+// Weights repacked once at load (WeightMatrix::Create): Q4_0, Q8_0, Q4_K, Q6_K
+// ---------------------------------------------------------------------------
+//
+// The per-call panels above rebuild a transposed copy of every weight on
+// every call (FusedQ4Rows8 in registers, the rest through a buffer), and
+// LevelRowsFused reduces each block horizontally: at batch 1 that work, not
+// memory, bounds the step. These layouts are built once, as 8-row panels
+// (rows in lanes, as above) holding the same bytes as the GGUF rows, so a
+// call streams each weight byte once and does no shuffles. A panel is the
+// quants of all its blocks (or super-blocks) followed by their factors; in
+// quant vector v of a block, lane r holds dword v of row r's quant bytes
+// (Q4_0: the 16 nibble bytes; Q8_0: the 32 bytes; Q4_K: qs bytes 32j + 4g
+// for pair j, group g; Q6_K: ql bytes 64h + 32p + 4g (half h, part p), then
+// qh bytes 32h + 4g). Factors: fp16 d [8] per block (Q4_0, Q8_0); d [8],
+// dmin [8] fp16 and the 6-bit scales and mins unpacked to u8 [8][8] per
+// super-block (Q4_K: 148 bytes per row and super-block where GGUF has 144);
+// d [8] fp16 and the int8 scales [16][8] (Q6_K).
+//
+// The arithmetic: exact integer dots per block (or 16-half), the same values
+// the per-call kernels form, then the same fp32 operations in the same order
+// (Q4_0 / Q8_0 as KernelQ4 / KernelQ8; the level types as LevelKernel, with
+// the scales computed as LevelKScalesRows8 does). So every batch size, the
+// per-call paths and the prepacked one give the same bits (tested).
+
+constexpr int kPPRows = 8;
+constexpr int64_t kQ4KLevelBytes8 = 4 * 8 * 32;
+constexpr int64_t kQ4KFactorBytes8 = 2 * 2 * kPPRows + 2 * 8 * kPPRows;
+constexpr int64_t kQ6KLevelBytes8 = (2 * 2 * 8 + 2 * 8) * 32;
+constexpr int64_t kQ6KFactorBytes8 = 2 * kPPRows + 16 * kPPRows;
+static_assert(kQ4KLevelBytes8 + kQ4KFactorBytes8 == kPPRows * (sizeof(BlockQ4_K) + 4));
+static_assert(kQ6KLevelBytes8 + kQ6KFactorBytes8 == kPPRows * sizeof(BlockQ6_K));
+
+// Bytes of one prepacked 8-row panel of `cols` (0: not a prepacked type).
+int64_t PrepackedPanelBytes8(GgmlType type, int64_t cols) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+      return cols / kQBlock * (128 + 2 * kPPRows);
+    case GgmlType::kQ8_0:
+      return cols / kQBlock * (256 + 2 * kPPRows);
+    case GgmlType::kQ4_K:
+      return cols / kQK_K * (kQ4KLevelBytes8 + kQ4KFactorBytes8);
+    case GgmlType::kQ6_K:
+      return cols / kQK_K * (kQ6KLevelBytes8 + kQ6KFactorBytes8);
+    default:
+      return 0;
+  }
+}
+
+// out[v] = dword v of the `n` x 16 bytes at rows[r] + off, rows in lanes.
+inline void GatherDwords8(const uint8_t* const rows[kPPRows], int64_t off, int n, __m256i* out) {
+  for (int part = 0; part < n; ++part) {
+    const uint8_t* p[kPPRows];
+    for (int r = 0; r < kPPRows; ++r) {
+      p[r] = rows[r] + off + 16 * part;
+    }
+    Transpose4x8(p, out + 4 * part);
+  }
+}
+
+inline void StoreU(uint8_t* p, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
+inline __m256i LoadU(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline __m256 HalvesToPs(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256 U8x8ToPs(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 S8x8ToPs(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+void PrepackPanel8(const WeightView& w, const uint8_t* const rows[kPPRows], uint8_t* panel) {
+  switch (w.type) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ8_0: {
+      const bool q4 = w.type == GgmlType::kQ4_0;
+      const int64_t nb = w.cols / kQBlock;
+      const int64_t block_bytes = q4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+      const int64_t qbytes = q4 ? 128 : 256;
+      uint8_t* scales = panel + nb * qbytes;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t off = b * block_bytes;
+        for (int r = 0; r < kPPRows; ++r) {
+          std::memcpy(scales + b * 2 * kPPRows + 2 * r, rows[r] + off, 2);  // d, first in both
+        }
+        __m256i v[8];
+        GatherDwords8(rows, off + 2, q4 ? 1 : 2, v);
+        for (int i = 0; i < (q4 ? 4 : 8); ++i) {
+          StoreU(panel + b * qbytes + 32 * i, v[i]);
+        }
+      }
+      return;
+    }
+    case GgmlType::kQ4_K: {
+      const int64_t n_chunks = w.cols / kQK_K;
+      uint8_t* factors = panel + n_chunks * kQ4KLevelBytes8;
+      for (int64_t c = 0; c < n_chunks; ++c) {
+        const int64_t off = c * static_cast<int64_t>(sizeof(BlockQ4_K));
+        __m256i v[32];
+        GatherDwords8(rows, off + offsetof(BlockQ4_K, qs), 8, v);  // 128 bytes: 4 pairs x 8
+        for (int i = 0; i < 32; ++i) {
+          StoreU(panel + c * kQ4KLevelBytes8 + 32 * i, v[i]);
+        }
+        uint8_t* f = factors + c * kQ4KFactorBytes8;
+        uint8_t* sc = f + 4 * kPPRows;
+        uint8_t* mn = sc + 8 * kPPRows;
+        for (int r = 0; r < kPPRows; ++r) {
+          const uint8_t* blk = rows[r] + off;
+          std::memcpy(f + 2 * r, blk + offsetof(BlockQ4_K, d), 2);
+          std::memcpy(f + 2 * kPPRows + 2 * r, blk + offsetof(BlockQ4_K, dmin), 2);
+          for (int k = 0; k < 8; ++k) {
+            KQuantScaleMin(k, blk + offsetof(BlockQ4_K, scales), &sc[k * kPPRows + r],
+                           &mn[k * kPPRows + r]);
+          }
+        }
+      }
+      return;
+    }
+    case GgmlType::kQ6_K: {
+      const int64_t n_chunks = w.cols / kQK_K;
+      uint8_t* factors = panel + n_chunks * kQ6KLevelBytes8;
+      for (int64_t c = 0; c < n_chunks; ++c) {
+        const int64_t off = c * static_cast<int64_t>(sizeof(BlockQ6_K));
+        __m256i v[48];
+        GatherDwords8(rows, off + offsetof(BlockQ6_K, ql), 8, v);       // ql: 128 bytes
+        GatherDwords8(rows, off + offsetof(BlockQ6_K, qh), 4, v + 32);  // qh: 64 bytes
+        for (int i = 0; i < 48; ++i) {
+          StoreU(panel + c * kQ6KLevelBytes8 + 32 * i, v[i]);
+        }
+        uint8_t* f = factors + c * kQ6KFactorBytes8;
+        for (int r = 0; r < kPPRows; ++r) {
+          const uint8_t* blk = rows[r] + off;
+          std::memcpy(f + 2 * r, blk + offsetof(BlockQ6_K, d), 2);
+          for (int k = 0; k < 16; ++k) {
+            f[2 * kPPRows + k * kPPRows + r] = blk[offsetof(BlockQ6_K, scales) + k];
+          }
+        }
+      }
+      return;
+    }
+    default:
+      LOG(FATAL) << "PrepackPanel8: type " << GgmlTypeName(w.type);
+  }
+}
+
+// Q4_0, MR <= kQMrQ4: KernelQ4<MR, kUnsigned>'s arithmetic on a prepacked panel.
+template <int MR>
+void KernelQ4Prepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
+                       int64_t ldy, int nvalid) {
+  static_assert(MR >= 1 && MR <= kQMrQ4);
+  const int64_t nb = xa.nb;
+  const uint8_t* scales = panel + nb * 128;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0,
+         acc5 = acc0;
+  const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
+  const uint8_t *x1 = x0 + cols, *x2 = x0 + 2 * cols, *x3 = x0 + 3 * cols, *x4 = x0 + 4 * cols,
+                *x5 = x0 + 5 * cols;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* q = panel + b * 128;
+    const int64_t xo = b * kQBlock;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0;
+#pragma GCC unroll 4
+    for (int d = 0; d < 4; ++d) {
+      const __m256i raw = LoadU(q + 32 * d);
+      const __m256i wl = _mm256_and_si256(raw, m4);
+      const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+#define PP_STEP(I)                                                \
+  MaddubsAcc16<Q4Layout::kUnsigned>(s##I, wl, x##I + xo + 4 * d); \
+  MaddubsAcc16<Q4Layout::kUnsigned>(s##I, wh, x##I + xo + 16 + 4 * d);
+      TANDEM_FOR_MR(PP_STEP)
+#undef PP_STEP
+    }
+    const __m256 dw = HalvesToPs(scales + b * 2 * kPPRows);
+#define PP_EPI(I)                                                                             \
+  {                                                                                           \
+    const __m256i tt = _mm256_sub_epi32(_mm256_madd_epi16(s##I, ones),                        \
+                                        _mm256_set1_epi32(8 * xa.sum[I * nb + b]));           \
+    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(tt), _mm256_set1_ps(xa.d[I * nb + b])); \
+    acc##I = _mm256_fmadd_ps(f, dw, acc##I);                                                  \
+  }
+    TANDEM_FOR_MR(PP_EPI)
+#undef PP_EPI
+  }
+#define PP_STORE(I) StorePartial(y + I * ldy, acc##I, nvalid);
+  TANDEM_FOR_MR(PP_STORE)
+#undef PP_STORE
+}
+
+// Q8_0, MR <= kQMrQ8: KernelQ8's arithmetic (the sign trick, |w| formed here).
+template <int MR>
+void KernelQ8Prepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
+                       int64_t ldy, int nvalid) {
+  static_assert(MR >= 1 && MR <= kQMrQ8);
+  const int64_t nb = xa.nb;
+  const uint8_t* scales = panel + nb * 256;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4, acc5;
+  const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
+  const uint8_t *x1 = x0 + cols, *x2 = x0 + 2 * cols, *x3 = x0 + 3 * cols;
+  const uint8_t *x4 = nullptr, *x5 = nullptr;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* q = panel + b * 256;
+    const int64_t xo = b * kQBlock;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4, s5;
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const __m256i sgn = LoadU(q + 32 * g);
+      const __m256i ab = _mm256_abs_epi8(sgn);
+#define PP_STEP(I) SignMaddAcc32(s##I, ab, sgn, ones, x##I + xo + 4 * g);
+      TANDEM_FOR_MR(PP_STEP)
+#undef PP_STEP
+    }
+    const __m256 dw = HalvesToPs(scales + b * 2 * kPPRows);
+#define PP_EPI(I)                                                                               \
+  {                                                                                             \
+    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s##I), _mm256_set1_ps(xa.d[I * nb + b])); \
+    acc##I = _mm256_fmadd_ps(f, dw, acc##I);                                                    \
+  }
+    TANDEM_FOR_MR(PP_EPI)
+#undef PP_EPI
+  }
+#define PP_STORE(I) StorePartial(y + I * ldy, acc##I, nvalid);
+  TANDEM_FOR_MR(PP_STORE)
+#undef PP_STORE
+}
+
+// Q4_K, MR <= 4: LevelKernel's arithmetic. Per pair j of sub-blocks the low
+// nibbles (sub-block 2j) and the high ones (2j + 1) each sum 8 vpmaddubsw
+// pairs in int16 (<= 8 * 2 * 15 * 127 = 30480) before one vpmaddwd.
+template <int MR>
+void KernelQ4KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
+                        int64_t ldy, int nvalid) {
+  static_assert(MR >= 1 && MR <= 4);
+  const int64_t nb = xa.nb;
+  const int64_t n_chunks = nb / 8;
+  const uint8_t* factors = panel + n_chunks * kQ4KLevelBytes8;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256 neg = _mm256_set1_ps(-0.0f);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4, acc5;
+  const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
+  const uint8_t *x1 = x0 + cols, *x2 = x0 + 2 * cols, *x3 = x0 + 3 * cols;
+  const uint8_t *x4 = nullptr, *x5 = nullptr;
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const uint8_t* lv = panel + c * kQ4KLevelBytes8;
+    const uint8_t* f = factors + c * kQ4KFactorBytes8;
+    const __m256 d = HalvesToPs(f);
+    const __m256 dmin = HalvesToPs(f + 2 * kPPRows);
+    const uint8_t* sc = f + 4 * kPPRows;
+    const uint8_t* mn = sc + 8 * kPPRows;
+    for (int j = 0; j < 4; ++j) {
+      const int64_t b = c * 8 + 2 * j;
+      const int64_t xo = b * kQBlock;
+      __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4, s5;
+      __m256i u0 = s0, u1 = s0, u2 = s0, u3 = s0, u4, u5;
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        const __m256i raw = LoadU(lv + 32 * (8 * j + g));
+        const __m256i wl = _mm256_and_si256(raw, m4);
+        const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+#define PP_STEP(I)                                                \
+  MaddubsAcc16<Q4Layout::kUnsigned>(s##I, wl, x##I + xo + 4 * g); \
+  MaddubsAcc16<Q4Layout::kUnsigned>(u##I, wh, x##I + xo + kQBlock + 4 * g);
+        TANDEM_FOR_MR(PP_STEP)
+#undef PP_STEP
+      }
+      // Sub-block 2j, then 2j + 1 (LevelKernel's order).
+      const __m256 dlo0 = _mm256_mul_ps(d, U8x8ToPs(sc + 2 * j * kPPRows));
+      const __m256 m0 = _mm256_xor_ps(_mm256_mul_ps(dmin, U8x8ToPs(mn + 2 * j * kPPRows)), neg);
+      const __m256 dlo1 = _mm256_mul_ps(d, U8x8ToPs(sc + (2 * j + 1) * kPPRows));
+      const __m256 m1 =
+          _mm256_xor_ps(_mm256_mul_ps(dmin, U8x8ToPs(mn + (2 * j + 1) * kPPRows)), neg);
+#define PP_EPI(I)                                                                               \
+  {                                                                                             \
+    const int64_t jj = I * nb + b;                                                              \
+    acc##I = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s##I, ones)),                 \
+                             _mm256_mul_ps(dlo0, _mm256_set1_ps(xa.d[jj])), acc##I);            \
+    acc##I = _mm256_fmadd_ps(m0, _mm256_set1_ps(xa.dsum[jj]), acc##I);                          \
+    acc##I = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(u##I, ones)),                 \
+                             _mm256_mul_ps(dlo1, _mm256_set1_ps(xa.d[jj + 1])), acc##I);        \
+    acc##I = _mm256_fmadd_ps(m1, _mm256_set1_ps(xa.dsum[jj + 1]), acc##I);                      \
+  }
+      TANDEM_FOR_MR(PP_EPI)
+#undef PP_EPI
+    }
+  }
+#define PP_STORE(I) StorePartial(y + I * ldy, acc##I, nvalid);
+  TANDEM_FOR_MR(PP_STORE)
+#undef PP_STORE
+}
+
+// Q6_K, MR <= 4: LevelKernel's arithmetic. Levels <= 63: two vpmaddubsw
+// pairs (<= 2 * 2 * 63 * 127 = 32004) per int16 sum, so each 16-half (4
+// groups) widens two of them.
+template <int MR>
+void KernelQ6KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
+                        int64_t ldy, int nvalid) {
+  static_assert(MR >= 1 && MR <= 4);
+  const int64_t nb = xa.nb;
+  const int64_t n_chunks = nb / 8;
+  const uint8_t* factors = panel + n_chunks * kQ6KLevelBytes8;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i three = _mm256_set1_epi8(3);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4, acc5;
+  const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
+  const uint8_t *x1 = x0 + cols, *x2 = x0 + 2 * cols, *x3 = x0 + 3 * cols;
+  const uint8_t *x4 = nullptr, *x5 = nullptr;
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const uint8_t* lv = panel + c * kQ6KLevelBytes8;
+    const uint8_t* f = factors + c * kQ6KFactorBytes8;
+    const __m256 d = HalvesToPs(f);
+    const uint8_t* sc = f + 2 * kPPRows;
+    for (int sb = 0; sb < 8; ++sb) {
+      // Sub-block 4h + k: the nibbles of ql part k % 2 (low ones for k < 2)
+      // and bits 2k, 2k + 1 of qh half h.
+      const int hh = sb / 4;
+      const int k = sb % 4;
+      const int64_t b = c * 8 + sb;
+      const int64_t xo = b * kQBlock;
+      auto level = [&](int g) {
+        const __m256i ql = LoadU(lv + 32 * (8 * (2 * hh + k % 2) + g));
+        const __m256i qh = LoadU(lv + 32 * (32 + 8 * hh + g));
+        const __m256i nib =
+            k < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+        const __m256i hi2 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), three);
+        return _mm256_or_si256(nib, _mm256_slli_epi16(hi2, 4));
+      };
+      // The 16-halves: groups 0-3 into dot s, 4-7 into dot u, each from two
+      // int16 sums of two vpmaddubsw pairs.
+      __m256i s0, s1, s2, s3, s4, s5, u0, u1, u2, u3, u4, u5;
+#define PP_HALF(HALF, DOT)                                                                  \
+  {                                                                                         \
+    __m256i t0 = _mm256_setzero_si256(), t1 = t0, t2 = t0, t3 = t0, t4, t5;                 \
+    __m256i v0 = t0, v1 = t0, v2 = t0, v3 = t0, v4, v5;                                     \
+    const __m256i w0 = level(4 * HALF);                                                     \
+    const __m256i w1 = level(4 * HALF + 1);                                                 \
+    const __m256i w2 = level(4 * HALF + 2);                                                 \
+    const __m256i w3 = level(4 * HALF + 3);                                                 \
+    const int64_t xh = xo + 16 * HALF;                                                      \
+    TANDEM_FOR_MR(PP_STEP)                                                                  \
+    TANDEM_FOR_MR(DOT)                                                                      \
+  }
+#define PP_STEP(I)                                            \
+  MaddubsAcc16<Q4Layout::kUnsigned>(t##I, w0, x##I + xh);     \
+  MaddubsAcc16<Q4Layout::kUnsigned>(t##I, w1, x##I + xh + 4); \
+  MaddubsAcc16<Q4Layout::kUnsigned>(v##I, w2, x##I + xh + 8); \
+  MaddubsAcc16<Q4Layout::kUnsigned>(v##I, w3, x##I + xh + 12);
+#define PP_DOT_S(I) \
+  s##I = _mm256_add_epi32(_mm256_madd_epi16(t##I, ones), _mm256_madd_epi16(v##I, ones));
+#define PP_DOT_U(I) \
+  u##I = _mm256_add_epi32(_mm256_madd_epi16(t##I, ones), _mm256_madd_epi16(v##I, ones));
+      PP_HALF(0, PP_DOT_S)
+      PP_HALF(1, PP_DOT_U)
+#undef PP_DOT_U
+#undef PP_DOT_S
+#undef PP_STEP
+#undef PP_HALF
+      const __m256 dlo = _mm256_mul_ps(d, S8x8ToPs(sc + 2 * sb * kPPRows));
+      const __m256 dhi = _mm256_mul_ps(d, S8x8ToPs(sc + (2 * sb + 1) * kPPRows));
+#define PP_EPI(I)                                                                                 \
+  {                                                                                               \
+    const int64_t jj = I * nb + b;                                                                \
+    const __m256 dx = _mm256_set1_ps(xa.d[jj]);                                                   \
+    acc##I = _mm256_fmadd_ps(                                                                     \
+        _mm256_cvtepi32_ps(_mm256_sub_epi32(s##I, _mm256_set1_epi32(32 * xa.sum_lo[jj]))),        \
+        _mm256_mul_ps(dlo, dx), acc##I);                                                          \
+    acc##I = _mm256_fmadd_ps(                                                                     \
+        _mm256_cvtepi32_ps(                                                                       \
+            _mm256_sub_epi32(u##I, _mm256_set1_epi32(32 * (xa.sum[jj] - xa.sum_lo[jj])))),        \
+        _mm256_mul_ps(dhi, dx), acc##I);                                                          \
+  }
+      TANDEM_FOR_MR(PP_EPI)
+#undef PP_EPI
+    }
+  }
+#define PP_STORE(I) StorePartial(y + I * ldy, acc##I, nvalid);
+  TANDEM_FOR_MR(PP_STORE)
+#undef PP_STORE
+}
+
+template <int MR>
+PrepackedTileFn PrepackedKernel8(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+      return KernelQ4Prepacked<MR>;
+    case GgmlType::kQ8_0:
+      return KernelQ8Prepacked<std::min(MR, kQMrQ8)>;
+    case GgmlType::kQ4_K:
+      return KernelQ4KPrepacked<std::min(MR, 4)>;
+    default:
+      return KernelQ6KPrepacked<std::min(MR, 4)>;
+  }
+}
+
+// Activation rows per prepacked micro-kernel call.
+int PrepackedMr8(GgmlType type) { return type == GgmlType::kQ4_0 ? kQMrQ4 : 4; }
+
+PrepackedTileFn PrepackedTile8(GgmlType type, int mr) {
+  switch (mr) {
+    case 1:
+      return PrepackedKernel8<1>(type);
+    case 2:
+      return PrepackedKernel8<2>(type);
+    case 3:
+      return PrepackedKernel8<3>(type);
+    case 4:
+      return PrepackedKernel8<4>(type);
+    case 5:
+      return PrepackedKernel8<5>(type);
+    default:
+      return PrepackedKernel8<6>(type);
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Float GEMM for larger m: 16-row fp32 panels, 6x16 micro-kernel
 // ---------------------------------------------------------------------------
 
@@ -887,6 +1309,34 @@ void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, base::
     default:
       LOG(FATAL) << "MatMulAvx2: type " << GgmlTypeName(w.type);
   }
+}
+
+int64_t PrepackedAvx2Bytes(GgmlType type, int64_t rows, int64_t cols) {
+  return (rows + kPPRows - 1) / kPPRows * PrepackedPanelBytes8(type, cols);
+}
+
+void PrepackAvx2(const WeightView& w, uint8_t* out, base::ThreadPool& pool) {
+  const int64_t panel_bytes = PrepackedPanelBytes8(w.type, w.cols);
+  DCHECK_GT(panel_bytes, 0);
+  const int64_t n_panels = (w.rows + kPPRows - 1) / kPPRows;
+  pool.ParallelFor(n_panels, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const uint8_t* rows[kPPRows];
+      for (int r = 0; r < kPPRows; ++r) {
+        // Rows past the end repeat the last one (their lanes are never stored).
+        rows[r] = w.data + std::min(p * kPPRows + r, w.rows - 1) * w.row_bytes;
+      }
+      PrepackPanel8(w, rows, out + p * panel_bytes);
+    }
+  });
+}
+
+void MatMulPrepackedAvx2(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
+                         float* y, base::ThreadPool& pool) {
+  const QuantizedActs xa = QuantizeActsParallel(x, m, w.cols, /*offset128=*/false, pool);
+  PrepackedGemm(w, packed, xa, m, y, pool, kPPRows, PrepackedPanelBytes8(w.type, w.cols),
+                PrepackedMr8(w.type), kPanelBudgetBytes,
+                [&](int mr) { return PrepackedTile8(w.type, mr); });
 }
 
 // ---------------------------------------------------------------------------

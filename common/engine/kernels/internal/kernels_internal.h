@@ -249,4 +249,30 @@ QuantizedActs QuantizeActsParallel(const float* x, int64_t m, int64_t cols, bool
 void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
                   bool vnni);
 
+// --- Weights repacked once at load (WeightMatrix::Create) ---------------------
+// A micro-kernel over one prepacked panel: y[i][0..nvalid) for the rows i of
+// xa it was chosen for (ldy apart).
+using PrepackedTileFn = void (*)(const uint8_t* panel, const QuantizedActs& xa, int64_t cols,
+                                 float* y, int64_t ldy, int nvalid);
+
+// The GEMM over prepacked panels (kernels.cc): each task owns a range of
+// whole groups of panels; a group is one panel for m <= mr_max (each weight
+// byte streamed once), else as many as fit `budget_bytes` (at most 8), which
+// every activation tile (at most mr_max rows, balanced; tile(mr) gives its
+// kernel) sweeps before the next group.
+void PrepackedGemm(const WeightView& w, const uint8_t* packed, const QuantizedActs& xa, int64_t m,
+                   float* y, base::ThreadPool& pool, int panel_rows, int64_t panel_bytes,
+                   int mr_max, int64_t budget_bytes,
+                   absl::FunctionRef<PrepackedTileFn(int mr)> tile);
+
+// Q4_0, Q8_0, Q4_K and Q6_K in 8-row AVX2 panels (layout in kernels_avx2.cc):
+// PrepackedAvx2Bytes is the size of the packed copy (0 for other types; the
+// GGUF data's, rows padded to 8, Q4_K +2.8 %), PrepackAvx2 writes it (panels
+// in parallel on `pool`), MatMulPrepackedAvx2 multiplies with it, bitwise
+// equal to MatMulAvx2 at every batch size.
+int64_t PrepackedAvx2Bytes(GgmlType type, int64_t rows, int64_t cols);
+void PrepackAvx2(const WeightView& w, uint8_t* out, base::ThreadPool& pool);
+void MatMulPrepackedAvx2(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
+                         float* y, base::ThreadPool& pool);
+
 }  // namespace tandem::engine::internal

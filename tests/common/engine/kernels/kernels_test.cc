@@ -477,6 +477,64 @@ TEST(LevelKernelsTest, Avx2AndVnniAgreeBitwise) {
   }
 }
 
+// Q4_0, Q8_0, Q4_K and Q6_K weights created while AVX2 is active are
+// repacked once into a layout as large as the GGUF data (Q4_K: scales
+// unpacked, +4 bytes per super-block); MatMul with that copy gives the same
+// bits as the per-call AVX2 paths (a matrix created while another ISA was
+// active has no copy: Q4_0's fused rows at m <= 2 and its two panel layouts,
+// Q8_0's panels, the level types' fused rows at m <= 2 and panels), at every
+// batch size, thread count and shape (odd rows: a partial last panel; odd
+// block counts: unaligned panels; m past one tile and past the panel-group
+// threshold).
+TEST(PrepackedTest, Avx2EqualsPerCallPathsBitwise) {
+  if (static_cast<int>(DetectIsa()) < static_cast<int>(Isa::kAvx2)) {
+    GTEST_SKIP() << "this CPU lacks avx2 (best ISA detected: " << IsaName(DetectIsa()) << ")";
+  }
+  IsaGuard guard;
+  base::ThreadPool pool1(1);
+  base::ThreadPool pool3(3);
+  uint32_t seed = 11000;
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    const std::vector<std::pair<int64_t, int64_t>> shapes =
+        IsKQuant(type) ? std::vector<std::pair<int64_t, int64_t>>{{37, 256}, {8, 768}, {203, 1024},
+                                                                  {520, 2048}}
+                       : std::vector<std::pair<int64_t, int64_t>>{{37, 96}, {8, 32}, {203, 1056},
+                                                                  {520, 2048}};
+    for (auto [rows, cols] : shapes) {
+      SCOPED_TRACE(absl::StrCat(GgmlTypeName(type), " rows=", rows, " cols=", cols));
+      const std::vector<uint8_t> data = MakeWeights(type, rows, cols, ++seed);
+      SetActiveIsa(Isa::kScalar);
+      ASSERT_OK_AND_ASSIGN(WeightMatrix plain, WeightMatrix::Create(type, data.data(), rows, cols));
+      EXPECT_FALSE(plain.prepacked());
+      SetActiveIsa(Isa::kAvx2);
+      ASSERT_OK_AND_ASSIGN(WeightMatrix packed, WeightMatrix::Create(type, data.data(), rows, cols));
+      ASSERT_TRUE(packed.prepacked());
+      const int64_t row_bytes =
+          GgmlRowBytes(type, cols) + (type == GgmlType::kQ4_K ? cols / 256 * 4 : 0);
+      EXPECT_EQ(packed.prepacked_bytes(), (rows + 7) / 8 * 8 * row_bytes);
+      for (int64_t m : {1, 2, 3, 4, 6, 7, 13, 40}) {
+        std::vector<float> x = RandomFloats(m * cols, ++seed);
+        if (m > 1) {
+          std::fill(x.begin() + cols, x.begin() + cols + 32, 0.0f);  // a zero block
+        }
+        std::vector<float> want(m * rows, -1.0f), got(m * rows, -2.0f), got1(m * rows, -3.0f);
+        MatMul(plain, x.data(), m, want.data(), pool3);
+        MatMul(packed, x.data(), m, got.data(), pool3);
+        MatMul(packed, x.data(), m, got1.data(), pool1);
+        EXPECT_EQ(got, want) << "m=" << m;
+        EXPECT_EQ(got1, want) << "m=" << m << ", 1 thread";
+      }
+      // Another ISA made active after creation reads the borrowed data.
+      SetActiveIsa(Isa::kScalar);
+      const std::vector<float> x = RandomFloats(cols, ++seed);
+      std::vector<float> want(rows), got(rows);
+      MatMul(plain, x.data(), 1, want.data(), pool3);
+      MatMul(packed, x.data(), 1, got.data(), pool3);
+      EXPECT_EQ(got, want);
+    }
+  }
+}
+
 TEST_P(MatMulTest, ZeroActivationsGiveZero) {
   base::ThreadPool pool(2);
   for (GgmlType type : {GgmlType::kF32, GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,

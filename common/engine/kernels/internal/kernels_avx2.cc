@@ -608,7 +608,8 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
 #include "common/engine/kernels/internal/kernels_levels.inc"
 
 // ---------------------------------------------------------------------------
-// Weights repacked once at load (WeightMatrix::Create): Q4_0, Q8_0, Q4_K, Q6_K
+// Weights repacked once at load (WeightMatrix::Create): Q4_0, Q8_0, Q4_1,
+// Q5_0, Q5_1, Q4_K, Q6_K
 // ---------------------------------------------------------------------------
 //
 // The per-call panels above rebuild a transposed copy of every weight on
@@ -619,9 +620,10 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
 // call streams each weight byte once and does no shuffles. A panel is the
 // quants of all its blocks (or super-blocks) followed by their factors; in
 // quant vector v of a block, lane r holds dword v of row r's quant bytes
-// (Q4_0: the 16 nibble bytes; Q8_0: the 32 bytes; Q4_K: qs bytes 32j + 4g
+// (Q4_0, Q4_1, Q5_0, Q5_1: the 16 nibble bytes; Q8_0: the 32 bytes; Q4_K: qs bytes 32j + 4g
 // for pair j, group g; Q6_K: ql bytes 64h + 32p + 4g (half h, part p), then
-// qh bytes 32h + 4g). Factors: fp16 d [8] per block (Q4_0, Q8_0); d [8],
+// qh bytes 32h + 4g). Factors: fp16 d [8] per block (Q4_0, Q8_0); the Q5
+// types' qh words [8], then d [8] and m [8] (with a min) per block; d [8],
 // dmin [8] fp16 and the 6-bit scales and mins unpacked to u8 [8][8] per
 // super-block (Q4_K: 148 bytes per row and super-block where GGUF has 144);
 // d [8] fp16 and the int8 scales [16][8] (Q6_K).
@@ -640,6 +642,17 @@ constexpr int64_t kQ6KFactorBytes8 = 2 * kPPRows + 16 * kPPRows;
 static_assert(kQ4KLevelBytes8 + kQ4KFactorBytes8 == kPPRows * (sizeof(BlockQ4_K) + 4));
 static_assert(kQ6KLevelBytes8 + kQ6KFactorBytes8 == kPPRows * sizeof(BlockQ6_K));
 
+// Q4_1, Q5_0, Q5_1: bytes per block after the 128 nibble bytes: the fifth
+// bits (Q5: 4 bytes per row, as in the block), then fp16 d [8] and m [8]
+// (with a min).
+constexpr int64_t Level32ExtraBytes(GgmlType t) {
+  return (t == GgmlType::kQ4_1 ? 0 : 4 * kPPRows) + 2 * kPPRows +
+         (t == GgmlType::kQ5_0 ? 0 : 2 * kPPRows);
+}
+static_assert(128 + Level32ExtraBytes(GgmlType::kQ4_1) == kPPRows * sizeof(BlockQ4_1));
+static_assert(128 + Level32ExtraBytes(GgmlType::kQ5_0) == kPPRows * sizeof(BlockQ5_0));
+static_assert(128 + Level32ExtraBytes(GgmlType::kQ5_1) == kPPRows * sizeof(BlockQ5_1));
+
 // Bytes of one prepacked 8-row panel of `cols` (0: not a prepacked type).
 int64_t PrepackedPanelBytes8(GgmlType type, int64_t cols) {
   switch (type) {
@@ -647,6 +660,10 @@ int64_t PrepackedPanelBytes8(GgmlType type, int64_t cols) {
       return cols / kQBlock * (128 + 2 * kPPRows);
     case GgmlType::kQ8_0:
       return cols / kQBlock * (256 + 2 * kPPRows);
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+      return cols / kQBlock * (128 + Level32ExtraBytes(type));
     case GgmlType::kQ4_K:
       return cols / kQK_K * (kQ4KLevelBytes8 + kQ4KFactorBytes8);
     case GgmlType::kQ6_K:
@@ -701,6 +718,40 @@ void PrepackPanel8(const WeightView& w, const uint8_t* const rows[kPPRows], uint
         GatherDwords8(rows, off + 2, q4 ? 1 : 2, v);
         for (int i = 0; i < (q4 ? 4 : 8); ++i) {
           StoreU(panel + b * qbytes + 32 * i, v[i]);
+        }
+      }
+      return;
+    }
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1: {
+      const GgmlType t = w.type;
+      const bool has_m = t != GgmlType::kQ5_0;
+      const bool q5 = t != GgmlType::kQ4_1;
+      const int64_t nb = w.cols / kQBlock;
+      const int64_t block_bytes = GgmlTypeSize(t);
+      const int64_t qh_at = has_m ? 4 : 2;
+      const int64_t qs_at = qh_at + (q5 ? 4 : 0);
+      const int64_t extra = Level32ExtraBytes(t);
+      uint8_t* extras = panel + nb * 128;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t off = b * block_bytes;
+        __m256i v[4];
+        GatherDwords8(rows, off + qs_at, 1, v);
+        for (int i = 0; i < 4; ++i) {
+          StoreU(panel + b * 128 + 32 * i, v[i]);
+        }
+        uint8_t* e = extras + b * extra;
+        for (int r = 0; r < kPPRows; ++r) {
+          const uint8_t* blk = rows[r] + off;
+          uint8_t* f = e + (q5 ? 4 * kPPRows : 0);
+          if (q5) {
+            std::memcpy(e + 4 * r, blk + qh_at, 4);
+          }
+          std::memcpy(f + 2 * r, blk, 2);  // d
+          if (has_m) {
+            std::memcpy(f + 2 * kPPRows + 2 * r, blk + 2, 2);  // m
+          }
         }
       }
       return;
@@ -831,6 +882,86 @@ void KernelQ8Prepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t co
   {                                                                                             \
     const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s##I), _mm256_set1_ps(xa.d[I * nb + b])); \
     acc##I = _mm256_fmadd_ps(f, dw, acc##I);                                                    \
+  }
+    TANDEM_FOR_MR(PP_EPI)
+#undef PP_EPI
+  }
+#define PP_STORE(I) StorePartial(y + I * ldy, acc##I, nvalid);
+  TANDEM_FOR_MR(PP_STORE)
+#undef PP_STORE
+}
+
+// Q4_1, Q5_0, Q5_1, MR <= 4: LevelKernel's arithmetic. Group g (k = 4g..)
+// is the low nibbles of dword g (g < 4) or the high ones of dword g - 4, plus
+// (Q5) bits 4g..4g+3 of the row's qh word as bit 4 of its 4 bytes (as
+// PackLevelBlock8). 4-bit levels sum 8 vpmaddubsw pairs in int16 (<= 30480),
+// 5-bit ones 4 (<= 4 * 2 * 31 * 127 = 31496).
+template <GgmlType T, int MR>
+void KernelLevel32Prepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
+                            int64_t ldy, int nvalid) {
+  static_assert(MR >= 1 && MR <= 4);
+  constexpr bool kQ5 = T != GgmlType::kQ4_1;
+  constexpr bool kHasM = T != GgmlType::kQ5_0;
+  constexpr int64_t kExtra = Level32ExtraBytes(T);
+  const int64_t nb = xa.nb;
+  const uint8_t* extras = panel + nb * 128;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4, acc5;
+  const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
+  const uint8_t *x1 = x0 + cols, *x2 = x0 + 2 * cols, *x3 = x0 + 3 * cols;
+  const uint8_t *x4 = nullptr, *x5 = nullptr;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* q = panel + b * 128;
+    const uint8_t* e = extras + b * kExtra;
+    const uint8_t* f = e + (kQ5 ? 4 * kPPRows : 0);
+    const int64_t xo = b * kQBlock;
+    [[maybe_unused]] const __m256i qh = kQ5 ? LoadU(e) : _mm256_setzero_si256();
+    auto level = [&](int g) {
+      const __m256i raw = LoadU(q + 32 * (g % 4));
+      __m256i lv = g < 4 ? _mm256_and_si256(raw, m4)
+                         : _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+      if constexpr (kQ5) {
+        const __m256i nib = _mm256_and_si256(_mm256_srli_epi32(qh, 4 * g), _mm256_set1_epi32(0xF));
+        const __m256i spread = _mm256_and_si256(
+            _mm256_mullo_epi32(nib, _mm256_set1_epi32(0x00204081)), _mm256_set1_epi32(0x01010101));
+        lv = _mm256_or_si256(lv, _mm256_slli_epi32(spread, 4));
+      }
+      return lv;
+    };
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4, s5;
+    __m256i u0 = s0, u1 = s0, u2 = s0, u3 = s0, u4, u5;
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const __m256i lv = level(g);
+      // 4-bit: one int16 sum over the block (s); 5-bit: groups 0-3 in s, 4-7 in u.
+      if (!kQ5 || g < 4) {
+#define PP_STEP(I) MaddubsAcc16<Q4Layout::kUnsigned>(s##I, lv, x##I + xo + 4 * g);
+        TANDEM_FOR_MR(PP_STEP)
+#undef PP_STEP
+      } else {
+#define PP_STEP(I) MaddubsAcc16<Q4Layout::kUnsigned>(u##I, lv, x##I + xo + 4 * g);
+        TANDEM_FOR_MR(PP_STEP)
+#undef PP_STEP
+      }
+    }
+    const __m256 dw = HalvesToPs(f);
+    [[maybe_unused]] const __m256 mw = kHasM ? HalvesToPs(f + 2 * kPPRows) : _mm256_setzero_ps();
+#define PP_EPI(I)                                                                              \
+  {                                                                                            \
+    const int64_t jj = I * nb + b;                                                             \
+    __m256i t = _mm256_madd_epi16(s##I, ones);                                                 \
+    if constexpr (kQ5) {                                                                       \
+      t = _mm256_add_epi32(t, _mm256_madd_epi16(u##I, ones));                                  \
+    }                                                                                          \
+    if constexpr (LevelOffset<T>() != 0) {                                                     \
+      t = _mm256_sub_epi32(t, _mm256_set1_epi32(LevelOffset<T>() * xa.sum[jj]));               \
+    }                                                                                          \
+    acc##I = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(xa.d[jj])), \
+                             acc##I);                                                          \
+    if constexpr (kHasM) {                                                                     \
+      acc##I = _mm256_fmadd_ps(mw, _mm256_set1_ps(xa.dsum[jj]), acc##I);                       \
+    }                                                                                          \
   }
     TANDEM_FOR_MR(PP_EPI)
 #undef PP_EPI
@@ -1002,6 +1133,12 @@ PrepackedTileFn PrepackedKernel8(GgmlType type) {
       return KernelQ4Prepacked<MR>;
     case GgmlType::kQ8_0:
       return KernelQ8Prepacked<std::min(MR, kQMrQ8)>;
+    case GgmlType::kQ4_1:
+      return KernelLevel32Prepacked<GgmlType::kQ4_1, std::min(MR, 4)>;
+    case GgmlType::kQ5_0:
+      return KernelLevel32Prepacked<GgmlType::kQ5_0, std::min(MR, 4)>;
+    case GgmlType::kQ5_1:
+      return KernelLevel32Prepacked<GgmlType::kQ5_1, std::min(MR, 4)>;
     case GgmlType::kQ4_K:
       return KernelQ4KPrepacked<std::min(MR, 4)>;
     default:

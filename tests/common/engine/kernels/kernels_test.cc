@@ -477,8 +477,8 @@ TEST(LevelKernelsTest, Avx2AndVnniAgreeBitwise) {
   }
 }
 
-// Q4_0, Q8_0, Q4_K and Q6_K weights created while AVX2 is active are
-// repacked once into a layout as large as the GGUF data (Q4_K: scales
+// Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K weights created while AVX2
+// is active are repacked once into a layout as large as the GGUF data (Q4_K: scales
 // unpacked, +4 bytes per super-block); MatMul with that copy gives the same
 // bits as the per-call AVX2 paths (a matrix created while another ISA was
 // active has no copy: Q4_0's fused rows at m <= 2 and its two panel layouts,
@@ -494,7 +494,8 @@ TEST(PrepackedTest, Avx2EqualsPerCallPathsBitwise) {
   base::ThreadPool pool1(1);
   base::ThreadPool pool3(3);
   uint32_t seed = 11000;
-  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                        GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     const std::vector<std::pair<int64_t, int64_t>> shapes =
         IsKQuant(type) ? std::vector<std::pair<int64_t, int64_t>>{{37, 256}, {8, 768}, {203, 1024},
                                                                   {520, 2048}}

@@ -5,22 +5,38 @@
 # batch 1, KV cache F16 in both. With --batched also the total decode rate of
 # 4, 8 and 32 sequences of 128 prompt tokens each generating 128
 # (llama-batched-bench -npp 128 -ntg 128, against engine_benchmark's BM_Decode
-# of the same model: 128-256 tokens of context; the three real models only).
-# Runs are interleaved (rep 1 of every case,
-# then rep 2, ...) so that load on a shared machine hits both engines alike;
-# prints one markdown table of medians with the ratio Tandem / llama.cpp and
-# the load average before and after.
+# of the same model: 128-256 tokens of context). With --context "4096 16384"
+# also batch-1 decode after that many tokens of context (llama-bench -d N -n
+# 64 against BM_DecodeContext; the real Qwen models only: the TinyLlama-shape
+# files have a 2048-token context). With --tiny the TinyLlama-1.1B-shape
+# files (dim 2048, 22 layers, 32 heads, 4 KV heads, ffn 5632, Llama-2 vocab;
+# random weights) in F16, Q8_0, Q4_0 (tandem-mkmodel) and Q4_K_M (tandem-
+# quantize of the F16 one) are written to ${BUILD:-build}/bench-models (where
+# engine_benchmark reads them too) and measured before the models given.
+# Runs are interleaved (rep 1 of every case, then rep 2, ...) so that load on
+# a shared machine hits both engines alike; prints one markdown table of
+# medians with the ratio Tandem / llama.cpp, and for batch-1 decode rows the
+# fraction of the read-bandwidth bound each engine reaches (weight bytes read
+# per token, plus the F16 KV of the context, x tok/s / the read bandwidth
+# engine_benchmark measures at that thread count in the same run), and the
+# load average before and after.
 #
-#   bench/peer/compare_engine.sh [--reps N] [--threads "1 2"] [--batched] [--out DIR] [MODEL_GGUF ...]
+#   bench/peer/compare_engine.sh [--reps N] [--threads "1 2"] [--batched] [--context "4096 16384"]
+#                                [--tiny] [--out DIR] [MODEL_GGUF ...]
 #
 # Models default to the three real models in
 # ${TANDEM_MODELS:-$HOME/.cache/tandem/models} (SmolLM2-135M Q4_1, Qwen2.5-
-# Coder-0.5B and -1.5B Q4_K_M; scripts/fetch_models.sh --qwen). llama.cpp comes
-# from bench/peer/build_llama_cpp.sh (or the folder $TANDEM_LLAMA_CPP_BIN names),
-# tandem-generate and engine_benchmark from ${BUILD:-build}/bin.
-# Raw results (one line per run: engine model threads test rep tok/s) go to
-# DIR/runs.tsv (default: a new temporary folder). Python: the python3 first on
-# PATH computes the medians.
+# Coder-0.5B and -1.5B Q4_K_M; scripts/fetch_models.sh --qwen) when neither
+# --tiny nor a model is given. The issue's table (docs/benchmarks.md):
+#   bench/peer/compare_engine.sh --tiny --batched --context "4096 16384" \
+#     ~/.cache/tandem/models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf
+# llama.cpp comes from bench/peer/build_llama_cpp.sh (or the folder
+# $TANDEM_LLAMA_CPP_BIN names); tandem-generate, tandem-mkmodel, tandem-
+# quantize and engine_benchmark from ${BUILD:-build}/bin. Raw results (one
+# line per run: engine model threads test rep tok/s) go to DIR/runs.tsv
+# (default: a new temporary folder). Python: the python3 first on PATH
+# computes the medians and reads the GGUF tensor sizes (its `gguf` package,
+# installed by scripts/setup.sh).
 set -euo pipefail
 
 die() {
@@ -31,6 +47,8 @@ die() {
 reps=3
 threads_list="1 2"
 batched=0
+contexts=""
+tiny=0
 out=""
 models=()
 while [ "$#" -gt 0 ]; do
@@ -39,11 +57,45 @@ while [ "$#" -gt 0 ]; do
     --threads) threads_list=${2:?--threads needs a value}; shift 2 ;;
     --out) out=${2:?--out needs a value}; shift 2 ;;
     --batched) batched=1; shift ;;
-    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --context) contexts=${2:?--context needs a value}; shift 2 ;;
+    --tiny) tiny=1; shift ;;
+    -h | --help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option '$1' (try --help)" ;;
     *) models+=("$1"); shift ;;
   esac
 done
+for c in $contexts; do
+  case "$c" in
+    512 | 4096 | 16384) ;;
+    *) die "--context takes 512, 4096 and/or 16384 (engine_benchmark's BM_DecodeContext cases), not '$c'" ;;
+  esac
+done
+if ((tiny)); then
+  bin_dir=${BUILD:-build}/bin
+  for tool in tandem-mkmodel tandem-quantize; do
+    [ -x "$bin_dir/$tool" ] || die "$bin_dir/$tool is missing; build it: cmake --build ${BUILD:-build} --target $tool"
+  done
+  vocab=$(dirname "$0")/../../../shared/models/ggml-vocab/ggml-vocab-llama-spm.gguf
+  [ -f "$vocab" ] || die "missing $vocab: check out ../shared next to the repository"
+  tiny_dir=${BUILD:-build}/bench-models
+  mkdir -p "$tiny_dir"
+  tiny_models=()
+  for dtype in F16 Q8_0 Q4_0 Q4_K_M; do
+    f=$tiny_dir/tinyllama-shape-$dtype.gguf
+    if [ ! -f "$f" ]; then
+      echo "compare_engine: writing $f" >&2
+      if [ "$dtype" = Q4_K_M ]; then
+        "$bin_dir/tandem-quantize" "$tiny_dir/tinyllama-shape-F16.gguf" "$f.tmp" Q4_K_M >/dev/null
+      else
+        "$bin_dir/tandem-mkmodel" --out "$f.tmp" --dim 2048 --layers 22 --heads 32 --kv-heads 4 \
+          --ffn 5632 --context 2048 --vocab-from "$vocab" --dtype "$dtype" >/dev/null
+      fi
+      mv "$f.tmp" "$f"
+    fi
+    tiny_models+=("$f")
+  done
+  models=("${tiny_models[@]}" "${models[@]}")
+fi
 if [ "${#models[@]}" -eq 0 ]; then
   cache=${TANDEM_MODELS:-$HOME/.cache/tandem/models}
   models=("$cache/SmolLM2-135M-Instruct.Q4_1.gguf" "$cache/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"
@@ -71,13 +123,66 @@ llama_bench() {
     python3 -c 'import json, sys; print(json.loads(sys.stdin.readline())["avg_ts"])'
 }
 
-# engine_benchmark's type for a real model file (BM_Decode/type:N), or nothing.
+# engine_benchmark's type for a model file (BM_Decode/type:N), or nothing.
 bench_type() {
   case "$(basename "$1")" in
+    tinyllama-shape-F16.gguf) echo 0 ;;
+    tinyllama-shape-Q8_0.gguf) echo 1 ;;
+    tinyllama-shape-Q4_0.gguf) echo 2 ;;
+    tinyllama-shape-Q4_K_M.gguf) echo 3 ;;
     Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf) echo 4 ;;
     SmolLM2-135M-Instruct.Q4_1.gguf) echo 5 ;;
     Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf) echo 6 ;;
   esac
+}
+
+# Weight bytes a decode step reads (every 2-D weight; the token embedding
+# only when it is also the output matrix), and bytes of F16 KV per token of
+# context, for the bandwidth fractions: "WEIGHT_BYTES KV_BYTES_PER_TOKEN".
+model_bytes() {
+  python3 - "$1" <<'PY'
+import sys
+import gguf
+r = gguf.GGUFReader(sys.argv[1])
+names = {t.name for t in r.tensors}
+tied = "output.weight" not in names
+w = sum(int(t.n_bytes) for t in r.tensors
+        if len(t.shape) >= 2 and (t.name != "token_embd.weight" or tied))
+arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+def val(key):
+    f = r.fields[f"{arch}.{key}"]
+    return int(f.parts[f.data[0]][0])
+heads = val("attention.head_count")
+kv_heads = val("attention.head_count_kv") if f"{arch}.attention.head_count_kv" in r.fields else heads
+head_dim = val("embedding_length") // heads
+print(w, val("block_count") * 2 * kv_heads * head_dim * 2)
+PY
+}
+
+# bandwidth THREADS: engine_benchmark's read bandwidth (bytes/s), measured now.
+bandwidth() {
+  "${BUILD:-build}/bin/engine_benchmark" --benchmark_filter="BM_MemoryReadBandwidth/threads:$1\$" \
+    --benchmark_format=json 2>/dev/null |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["benchmarks"][0]["GB/s"] * 1e9)'
+}
+
+# context MODEL NAME THREADS REP: batch-1 decode after each --context length.
+context() {
+  local model=$1 name=$2 t=$3 rep=$4 type c tps
+  type=$(bench_type "$model")
+  case "$type" in 4 | 6) ;; *) return 0 ;; esac
+  for c in $contexts; do
+    tps=$(llama_bench "$model" "$t" -p 0 -n 64 -d "$c") || die "llama-bench failed (log: $out/llama-bench.log)"
+    printf 'llama.cpp\t%s\t%s\tctx%s\t%s\t%s\n' "$name" "$t" "$c" "$rep" "$tps" >>"$runs"
+    "${BUILD:-build}/bin/engine_benchmark" --benchmark_filter="BM_DecodeContext/type:$type/context:$c/threads:$t/" \
+      --benchmark_out="$out/engine_benchmark.json" --benchmark_out_format=json >/dev/null 2>&1 ||
+      die "engine_benchmark failed"
+    python3 -c '
+import json, sys
+for b in json.load(open(sys.argv[1]))["benchmarks"]:
+    print("tandem\t%s\t%s\tctx%s\t%s\t%f" % (sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], b["tok/s"]))
+' "$out/engine_benchmark.json" "$name" "$t" "$c" "$rep" >>"$runs"
+  done
 }
 
 # batched MODEL NAME THREADS REP: llama-batched-bench and BM_Decode at 4, 8, 32.
@@ -105,8 +210,17 @@ for b in json.load(open(sys.argv[1]))["benchmarks"]:
 ' "$out/engine_benchmark.json" "$name" "$t" "$rep" >>"$runs"
 }
 
+sizes=$out/sizes.tsv
+: >"$sizes"
+for model in "${models[@]}"; do
+  printf '%s\t%s\n' "$(basename "$model" .gguf)" "$(model_bytes "$model" | tr ' ' '\t')" >>"$sizes" ||
+    die "cannot read the tensor sizes of $model (python3 -c 'import gguf' must work: scripts/setup.sh)"
+done
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for rep in $(seq 1 "$reps"); do
+  for t in $threads_list; do
+    printf 'bandwidth\t-\t%s\tread\t%s\t%s\n' "$t" "$rep" "$(bandwidth "$t")" >>"$runs"
+  done
   for model in "${models[@]}"; do
     name=$(basename "$model" .gguf)
     for t in $threads_list; do
@@ -122,28 +236,48 @@ for rep in $(seq 1 "$reps"); do
         /^decode:/ { gsub(/[(]/, "", $7); printf "tandem\t%s\t%s\ttg128\t%s\t%s\n", name, t, rep, $7 }' \
         "$out/generate.log" >>"$runs"
       if ((batched)); then batched "$model" "$name" "$t" "$rep"; fi
+      if [ -n "$contexts" ]; then context "$model" "$name" "$t" "$rep"; fi
     done
   done
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
-python3 - "$runs" <<'EOF'
+python3 - "$runs" "$sizes" <<'EOF'
 import collections, statistics, sys
 runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    engine, model, threads, test, _, tps = line.split("\t")
+    engine, model, threads, test, _, tps = line.rstrip("\n").split("\t")
     runs[(model, int(threads), test, engine)].append(float(tps))
-order = lambda test: (0, 0) if test == "pp512" else (1, 0) if test == "tg128" else (2, int(test[5:]))
-keys = sorted({k[:3] for k in runs}, key=lambda k: (k[0], order(k[2]), k[1]))
-print("| model | test | threads | llama.cpp tok/s | Tandem tok/s | Tandem / llama.cpp | runs (llama.cpp; Tandem) |")
-print("|---|---|---|---|---|---|---|")
+sizes = {}
+for line in open(sys.argv[2]):
+    model, weights, kv = line.split("\t")
+    sizes[model] = (float(weights), float(kv))
+bw = {t: statistics.median(v) for (m, t, test, e), v in runs.items() if e == "bandwidth"}
+def order(test):
+    if test == "pp512": return (0, 0)
+    if test == "tg128": return (1, 0)
+    if test.startswith("batch"): return (2, int(test[5:]))
+    return (3, int(test[3:]))
+def bytes_per_token(model, test):  # weights + the F16 KV read (mean context)
+    weights, kv = sizes[model]
+    if test == "tg128": return weights + kv * (512 + 64)
+    if test.startswith("ctx"): return weights + kv * (int(test[3:]) + 32)
+    return None
+keys = sorted({k[:3] for k in runs if k[3] != "bandwidth"}, key=lambda k: (k[0], order(k[2]), k[1]))
+print("| model | test | threads | llama.cpp tok/s | Tandem tok/s | Tandem / llama.cpp | of bw bound (llama.cpp / Tandem) | runs (llama.cpp; Tandem) |")
+print("|---|---|---|---|---|---|---|---|")
 for model, threads, test in keys:
     l, t = runs.get((model, threads, test, "llama.cpp")), runs.get((model, threads, test, "tandem"))
     if not l or not t:
-        print(f"| {model} | {test} | {threads} | {'missing' if not l else ''} | {'missing' if not t else ''} | | |")
+        print(f"| {model} | {test} | {threads} | {'missing' if not l else ''} | {'missing' if not t else ''} | | | |")
         continue
     ml, mt = statistics.median(l), statistics.median(t)
+    b = bytes_per_token(model, test)
+    frac = f"{ml * b / bw[threads]:.0%} / {mt * b / bw[threads]:.0%}" if b and threads in bw else ""
     spread = lambda v: ", ".join(f"{x:.1f}" for x in v)
-    print(f"| {model} | {test} | {threads} | {ml:.1f} | {mt:.1f} | {mt / ml:.2f}x | {spread(l)}; {spread(t)} |")
+    print(f"| {model} | {test} | {threads} | {ml:.1f} | {mt:.1f} | {mt / ml:.2f}x | {frac} | {spread(l)}; {spread(t)} |")
+print()
+print("read bandwidth (engine_benchmark BM_MemoryReadBandwidth, median of the runs): " +
+      ", ".join(f"{t} thread{'s' if t > 1 else ''} {v / 1e9:.1f} GB/s" for t, v in sorted(bw.items())))
 EOF
 echo "load average before: $load_before; after: $load_after; runs: $runs"

@@ -327,6 +327,48 @@ void BM_Decode(benchmark::State& state) {
   state.SetLabel(absl::StrCat(TypeName(type), " batch ", batch, " threads ", threads));
 }
 
+// The matrix multiplies of one batch-1 decode step alone: every layer's seven
+// MatMuls and the output head, in the step's order, on a pool of `threads`
+// (as the engine's), with nothing in between. Its time per iteration next to
+// BM_Decode's batch-1 ms/step (same model, threads, run) is the share of a
+// step spent in the kernels; the rest is the step loop, the thread pool's
+// hand-offs between them, norms, RoPE, attention over 128-256 tokens and
+// the logits copy.
+void BM_DecodeMatMulsOnly(benchmark::State& state) {
+  const int type = state.range(0), threads = state.range(1);
+  if (!Available(type, state)) return;
+  const engine::Model& model = TinyLlama(type);
+  const engine::ModelConfig& c = model.config();
+  base::ThreadPool pool(threads);
+  const int64_t widest = std::max<int64_t>({c.dim, c.ffn_dim, c.num_heads * c.head_dim,
+                                            c.vocab_size});
+  std::vector<float> x(widest, 0.01f), y(widest);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
+  auto step = [&] {
+    for (int l = 0; l < c.num_layers; ++l) {
+      const engine::LayerWeights& w = model.layer(l);
+      for (const engine::WeightMatrix* m :
+           {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) {
+        engine::MatMul(*m, x.data(), 1, y.data(), pool);
+      }
+    }
+    engine::MatMul(model.output(), x.data(), 1, y.data(), pool);
+  };
+  step();  // pages the weights in
+  for (auto _ : state) {
+    step();
+    benchmark::DoNotOptimize(y.data());
+  }
+  // The reported time per iteration is the matmuls' time per step.
+  state.SetLabel(absl::StrCat(TypeName(type), " matmuls of a batch-1 step, threads ", threads));
+}
+BENCHMARK(BM_DecodeMatMulsOnly)
+    ->ArgNames({"type", "threads"})
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
+
 // Decode at long context: one sequence holding `context` tokens (imported KV,
 // as BM_Decode) decodes one token per step, 64 steps at most before the
 // sequence is reset (so the context stays within 64 tokens of `context`).

@@ -1405,6 +1405,102 @@ void MatMulFloat(const WeightView& w, const float* x, int64_t m, float* y, base:
   }
 }
 
+// F16 / BF16 GEMV on weights repacked once at load: 16-row panels, each the
+// kFKc-column chunks of its rows in turn, a chunk stored k-major ([kc][16]
+// values in the weights' own 2-byte type), so the GEMV streams each panel
+// once with no transposes (GemvRows8 transposes 8x8 tiles in registers on
+// every call). The same sums in the same order as GemvRows8 and the GEMM: one
+// fma per k in k order per chunk, each chunk summed from zero and added to y
+// in chunk order; rows 0-7 and 8-15 of a panel are two independent chains
+// per activation row.
+constexpr int kF16PanelRows = 16;
+
+int64_t PrepackedFloatPanelBytes(int64_t cols) { return cols * kF16PanelRows * 2; }
+
+void PrepackFloatPanel(const WeightView& w, int64_t p, uint8_t* out) {
+  for (int r = 0; r < kF16PanelRows; ++r) {
+    // Rows past the end repeat the last one (their lanes are never stored).
+    const auto* row = reinterpret_cast<const uint16_t*>(
+        w.data + std::min(p * kF16PanelRows + r, w.rows - 1) * w.row_bytes);
+    auto* o = reinterpret_cast<uint16_t*>(out) + r;
+    for (int64_t k = 0; k < w.cols; ++k) {
+      o[k * kF16PanelRows] = row[k];  // chunks are consecutive: [k][16] throughout
+    }
+  }
+}
+
+template <GgmlType T, int MI>
+void GemvPrepacked16(const WeightView& w, const uint8_t* panel, int64_t r0, const float* x,
+                     float* y) {
+  static_assert(MI >= 1 && MI <= 3);
+  const int64_t cols = w.cols;
+  const int nvalid = static_cast<int>(std::min<int64_t>(kF16PanelRows, w.rows - r0));
+  for (int64_t k0 = 0; k0 < cols; k0 += kFKc) {
+    const int64_t k_end = std::min(cols, k0 + kFKc);
+    __m256 lo[MI], hi[MI];
+#pragma GCC unroll 3
+    for (int i = 0; i < MI; ++i) {
+      lo[i] = _mm256_setzero_ps();
+      hi[i] = _mm256_setzero_ps();
+    }
+    const uint8_t* pk = panel + k0 * kF16PanelRows * 2;
+#pragma GCC unroll 4
+    for (int64_t k = k0; k < k_end; ++k, pk += kF16PanelRows * 2) {
+      const __m256 wl = Load8<T>(pk, 0);
+      const __m256 wh = Load8<T>(pk + 16, 0);
+#pragma GCC unroll 3
+      for (int i = 0; i < MI; ++i) {
+        const __m256 xb = _mm256_broadcast_ss(x + i * cols + k);
+        lo[i] = _mm256_fmadd_ps(wl, xb, lo[i]);
+        hi[i] = _mm256_fmadd_ps(wh, xb, hi[i]);
+      }
+    }
+    for (int i = 0; i < MI; ++i) {
+      float* dst = y + i * w.rows + r0;
+      __m256 a = lo[i];
+      __m256 b = hi[i];
+      if (k0 > 0) {
+        alignas(32) float prev[16] = {};
+        std::copy(dst, dst + nvalid, prev);
+        a = _mm256_add_ps(a, _mm256_load_ps(prev));
+        b = _mm256_add_ps(b, _mm256_load_ps(prev + 8));
+      }
+      StorePartial(dst, a, std::min(nvalid, 8));
+      if (nvalid > 8) {
+        StorePartial(dst + 8, b, nvalid - 8);
+      }
+    }
+  }
+}
+
+template <GgmlType T>
+void MatMulFloatPrepacked(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
+                          float* y, base::ThreadPool& pool) {
+  if (m > kGemvMaxM) {
+    MatMulFloat<T>(w, x, m, y, pool);  // the GEMM packs fp32 panels per call from w
+    return;
+  }
+  const int64_t n_panels = (w.rows + kF16PanelRows - 1) / kF16PanelRows;
+  const int64_t panel_bytes = PrepackedFloatPanelBytes(w.cols);
+  pool.ParallelFor(n_panels, 2, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const uint8_t* panel = packed + p * panel_bytes;
+      const int64_t r0 = p * kF16PanelRows;
+      switch (m) {
+        case 1:
+          GemvPrepacked16<T, 1>(w, panel, r0, x, y);
+          break;
+        case 2:
+          GemvPrepacked16<T, 2>(w, panel, r0, x, y);
+          break;
+        default:
+          GemvPrepacked16<T, 3>(w, panel, r0, x, y);
+          break;
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void PackFloatPanel16Avx2(const WeightView& w, int64_t r0, int64_t k0, int64_t kc, float* out) {
@@ -1449,10 +1545,22 @@ void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, base::
 }
 
 int64_t PrepackedAvx2Bytes(GgmlType type, int64_t rows, int64_t cols) {
+  if (type == GgmlType::kF16 || type == GgmlType::kBF16) {
+    return (rows + kF16PanelRows - 1) / kF16PanelRows * PrepackedFloatPanelBytes(cols);
+  }
   return (rows + kPPRows - 1) / kPPRows * PrepackedPanelBytes8(type, cols);
 }
 
 void PrepackAvx2(const WeightView& w, uint8_t* out, base::ThreadPool& pool) {
+  if (w.type == GgmlType::kF16 || w.type == GgmlType::kBF16) {
+    const int64_t panel_bytes = PrepackedFloatPanelBytes(w.cols);
+    pool.ParallelFor((w.rows + kF16PanelRows - 1) / kF16PanelRows, 4, [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        PrepackFloatPanel(w, p, out + p * panel_bytes);
+      }
+    });
+    return;
+  }
   const int64_t panel_bytes = PrepackedPanelBytes8(w.type, w.cols);
   DCHECK_GT(panel_bytes, 0);
   const int64_t n_panels = (w.rows + kPPRows - 1) / kPPRows;
@@ -1470,6 +1578,12 @@ void PrepackAvx2(const WeightView& w, uint8_t* out, base::ThreadPool& pool) {
 
 void MatMulPrepackedAvx2(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
                          float* y, base::ThreadPool& pool) {
+  if (w.type == GgmlType::kF16) {
+    return MatMulFloatPrepacked<GgmlType::kF16>(w, packed, x, m, y, pool);
+  }
+  if (w.type == GgmlType::kBF16) {
+    return MatMulFloatPrepacked<GgmlType::kBF16>(w, packed, x, m, y, pool);
+  }
   const QuantizedActs xa = QuantizeActsParallel(x, m, w.cols, /*offset128=*/false, pool);
   PrepackedGemm(w, packed, xa, m, y, pool, kPPRows, PrepackedPanelBytes8(w.type, w.cols),
                 PrepackedMr8(w.type), kPanelBudgetBytes,

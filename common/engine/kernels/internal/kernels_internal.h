@@ -265,11 +265,13 @@ void PrepackedGemm(const WeightView& w, const uint8_t* packed, const QuantizedAc
                    int mr_max, int64_t budget_bytes,
                    absl::FunctionRef<PrepackedTileFn(int mr)> tile);
 
-// Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K in 8-row AVX2 panels (layout in kernels_avx2.cc):
+// Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K in 8-row AVX2 panels, F16 and
+// BF16 in 16-row k-major panels for the GEMV (layouts in kernels_avx2.cc):
 // PrepackedAvx2Bytes is the size of the packed copy (0 for other types; the
-// GGUF data's, rows padded to 8, Q4_K +2.8 %), PrepackAvx2 writes it (panels
-// in parallel on `pool`), MatMulPrepackedAvx2 multiplies with it, bitwise
-// equal to MatMulAvx2 at every batch size.
+// GGUF data's, rows padded to 8 or 16, Q4_K +2.8 %), PrepackAvx2 writes it
+// (panels in parallel on `pool`), MatMulPrepackedAvx2 multiplies with it
+// (F16 / BF16 above batch 3: with the borrowed data, through the per-call
+// GEMM), bitwise equal to MatMulAvx2 at every batch size.
 int64_t PrepackedAvx2Bytes(GgmlType type, int64_t rows, int64_t cols);
 void PrepackAvx2(const WeightView& w, uint8_t* out, base::ThreadPool& pool);
 void MatMulPrepackedAvx2(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,

@@ -477,8 +477,8 @@ TEST(LevelKernelsTest, Avx2AndVnniAgreeBitwise) {
   }
 }
 
-// Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K weights created while AVX2
-// is active are repacked once into a layout as large as the GGUF data (Q4_K: scales
+// Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, F16 and BF16 weights created
+// while AVX2 is active are repacked once into a layout as large as the GGUF data (Q4_K: scales
 // unpacked, +4 bytes per super-block); MatMul with that copy gives the same
 // bits as the per-call AVX2 paths (a matrix created while another ISA was
 // active has no copy: Q4_0's fused rows at m <= 2 and its two panel layouts,
@@ -495,10 +495,14 @@ TEST(PrepackedTest, Avx2EqualsPerCallPathsBitwise) {
   base::ThreadPool pool3(3);
   uint32_t seed = 11000;
   for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
-                        GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+                        GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kF16,
+                        GgmlType::kBF16}) {
+    const bool is_float = type == GgmlType::kF16 || type == GgmlType::kBF16;
     const std::vector<std::pair<int64_t, int64_t>> shapes =
         IsKQuant(type) ? std::vector<std::pair<int64_t, int64_t>>{{37, 256}, {8, 768}, {203, 1024},
                                                                   {520, 2048}}
+        : is_float     ? std::vector<std::pair<int64_t, int64_t>>{{37, 37}, {16, 8}, {203, 300},
+                                                                  {520, 2048}, {17, 1056}}
                        : std::vector<std::pair<int64_t, int64_t>>{{37, 96}, {8, 32}, {203, 1056},
                                                                   {520, 2048}};
     for (auto [rows, cols] : shapes) {
@@ -512,11 +516,12 @@ TEST(PrepackedTest, Avx2EqualsPerCallPathsBitwise) {
       ASSERT_TRUE(packed.prepacked());
       const int64_t row_bytes =
           GgmlRowBytes(type, cols) + (type == GgmlType::kQ4_K ? cols / 256 * 4 : 0);
-      EXPECT_EQ(packed.prepacked_bytes(), (rows + 7) / 8 * 8 * row_bytes);
+      const int64_t panel_rows = is_float ? 16 : 8;
+      EXPECT_EQ(packed.prepacked_bytes(), (rows + panel_rows - 1) / panel_rows * panel_rows * row_bytes);
       for (int64_t m : {1, 2, 3, 4, 6, 7, 13, 40}) {
         std::vector<float> x = RandomFloats(m * cols, ++seed);
-        if (m > 1) {
-          std::fill(x.begin() + cols, x.begin() + cols + 32, 0.0f);  // a zero block
+        if (m > 1) {  // a zero block
+          std::fill(x.begin() + cols, x.begin() + cols + std::min<int64_t>(cols, 32), 0.0f);
         }
         std::vector<float> want(m * rows, -1.0f), got(m * rows, -2.0f), got1(m * rows, -3.0f);
         MatMul(plain, x.data(), m, want.data(), pool3);

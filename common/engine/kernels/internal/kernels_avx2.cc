@@ -1785,7 +1785,28 @@ void AttendBlock(const float* q, int group, const void* k, const void* v, int n,
 
 void AttendBlockAvx2(const float* q, int group, const void* k, const void* v, GgmlType dtype, int n,
                      int head_dim, float* m, float* l, float* acc) {
-  if (dtype == GgmlType::kF16) {
+  if (dtype == GgmlType::kF16 && group > 1) {
+    // GQA: the group's query heads all read this block. Converted to fp32
+    // once (exactly: the same values every head's loads would convert), the
+    // heads' loops load it as floats instead of converting it again per
+    // head; the sums are the same bits.
+    static thread_local ScratchBuffer scratch;
+    const int64_t elems = int64_t{n} * head_dim;
+    auto* kf = static_cast<float*>(scratch.Get(2 * elems * sizeof(float)));
+    float* vf = kf + elems;
+    const auto* kh = static_cast<const uint8_t*>(k);
+    const auto* vh = static_cast<const uint8_t*>(v);
+    int64_t e = 0;
+    for (; e + 8 <= elems; e += 8) {
+      _mm256_storeu_ps(kf + e, Load8<GgmlType::kF16>(kh, e));
+      _mm256_storeu_ps(vf + e, Load8<GgmlType::kF16>(vh, e));
+    }
+    for (; e < elems; ++e) {
+      kf[e] = Load1<GgmlType::kF16>(kh, e);
+      vf[e] = Load1<GgmlType::kF16>(vh, e);
+    }
+    AttendBlock<GgmlType::kF32>(q, group, kf, vf, n, head_dim, m, l, acc);
+  } else if (dtype == GgmlType::kF16) {
     AttendBlock<GgmlType::kF16>(q, group, k, v, n, head_dim, m, l, acc);
   } else {
     AttendBlock<GgmlType::kF32>(q, group, k, v, n, head_dim, m, l, acc);

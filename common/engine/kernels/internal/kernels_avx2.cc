@@ -1686,39 +1686,94 @@ float DotKv(const float* q, const void* k, int64_t off, int head_dim) {
   }
   float s = HsumPs(a);
   for (; d < head_dim; ++d) {
-    s += q[d] * LoadKv1<T>(k, off + d);
+    // An explicit fma (not left to contraction), so that the F16 and F32
+    // instantiations compute the same bits from the same values.
+    s = std::fma(q[d], LoadKv1<T>(k, off + d), s);
   }
   return s;
+}
+
+// Scores of keys [0, n) for one query head into p, four keys at a time when
+// head_dim is a multiple of 8 (each key's dot one fma chain over d, reduced
+// by Hsum4), the rest by DotKv. ScoresPair computes two heads' scores at
+// once with the same chains (8 independent ones: the fma latency, not the
+// loads, bounds this loop) and the key loads shared: the same bits.
+template <GgmlType T>
+void Scores(const float* qg, const void* k, int n, int head_dim, float* p) {
+  int j = 0;
+  if ((head_dim & 7) == 0) {
+    for (; j + 4 <= n; j += 4) {
+      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+      __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+      const int64_t o = int64_t{j} * head_dim;
+      for (int d = 0; d < head_dim; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(qg + d);
+        a0 = _mm256_fmadd_ps(qv, LoadKv8<T>(k, o + d), a0);
+        a1 = _mm256_fmadd_ps(qv, LoadKv8<T>(k, o + head_dim + d), a1);
+        a2 = _mm256_fmadd_ps(qv, LoadKv8<T>(k, o + 2 * head_dim + d), a2);
+        a3 = _mm256_fmadd_ps(qv, LoadKv8<T>(k, o + 3 * head_dim + d), a3);
+      }
+      _mm_storeu_ps(p + j, Hsum4(a0, a1, a2, a3));
+    }
+  }
+  for (; j < n; ++j) {
+    p[j] = DotKv<T>(qg, k, int64_t{j} * head_dim, head_dim);
+  }
+}
+
+template <GgmlType T>
+void ScoresPair(const float* qg, const float* qh, const void* k, int n, int head_dim, float* pg,
+                float* ph) {
+  int j = 0;
+  if ((head_dim & 7) == 0) {
+    for (; j + 4 <= n; j += 4) {
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+      const int64_t o = int64_t{j} * head_dim;
+      for (int d = 0; d < head_dim; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(qg + d);
+        const __m256 rv = _mm256_loadu_ps(qh + d);
+        const __m256 k0 = LoadKv8<T>(k, o + d);
+        const __m256 k1 = LoadKv8<T>(k, o + head_dim + d);
+        const __m256 k2 = LoadKv8<T>(k, o + 2 * head_dim + d);
+        const __m256 k3 = LoadKv8<T>(k, o + 3 * head_dim + d);
+        a0 = _mm256_fmadd_ps(qv, k0, a0);
+        a1 = _mm256_fmadd_ps(qv, k1, a1);
+        a2 = _mm256_fmadd_ps(qv, k2, a2);
+        a3 = _mm256_fmadd_ps(qv, k3, a3);
+        b0 = _mm256_fmadd_ps(rv, k0, b0);
+        b1 = _mm256_fmadd_ps(rv, k1, b1);
+        b2 = _mm256_fmadd_ps(rv, k2, b2);
+        b3 = _mm256_fmadd_ps(rv, k3, b3);
+      }
+      _mm_storeu_ps(pg + j, Hsum4(a0, a1, a2, a3));
+      _mm_storeu_ps(ph + j, Hsum4(b0, b1, b2, b3));
+    }
+  }
+  for (; j < n; ++j) {
+    pg[j] = DotKv<T>(qg, k, int64_t{j} * head_dim, head_dim);
+    ph[j] = DotKv<T>(qh, k, int64_t{j} * head_dim, head_dim);
+  }
 }
 
 template <GgmlType T>
 void AttendBlock(const float* q, int group, const void* k, const void* v, int n, int head_dim,
                  float* m, float* l, float* acc) {
-  alignas(32) float p[64 + 8];
+  alignas(32) float pbuf[2][64 + 8];
   DCHECK_LE(n, 64);
   const int d8 = head_dim & ~7;
   for (int g = 0; g < group; ++g) {
     const float* qg = q + g * head_dim;
-    // Scores, four keys at a time when head_dim is a multiple of 8.
-    int j = 0;
-    if (d8 == head_dim) {
-      for (; j + 4 <= n; j += 4) {
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-        __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-        const int64_t o = int64_t{j} * head_dim;
-        for (int d = 0; d < head_dim; d += 8) {
-          const __m256 qv = _mm256_loadu_ps(qg + d);
-          a0 = _mm256_fmadd_ps(qv, LoadKv8<T>(k, o + d), a0);
-          a1 = _mm256_fmadd_ps(qv, LoadKv8<T>(k, o + head_dim + d), a1);
-          a2 = _mm256_fmadd_ps(qv, LoadKv8<T>(k, o + 2 * head_dim + d), a2);
-          a3 = _mm256_fmadd_ps(qv, LoadKv8<T>(k, o + 3 * head_dim + d), a3);
-        }
-        _mm_storeu_ps(p + j, Hsum4(a0, a1, a2, a3));
+    // Scores: heads in pairs (the second one's kept for the next g).
+    float* p = pbuf[g & 1];
+    if ((g & 1) == 0) {
+      if (g + 1 < group) {
+        ScoresPair<T>(qg, qg + head_dim, k, n, head_dim, p, pbuf[1]);
+      } else {
+        Scores<T>(qg, k, n, head_dim, p);
       }
     }
-    for (; j < n; ++j) {
-      p[j] = DotKv<T>(qg, k, int64_t{j} * head_dim, head_dim);
-    }
+    int j;
     float block_max = -std::numeric_limits<float>::infinity();
     for (j = 0; j < n; ++j) {
       block_max = std::max(block_max, p[j]);
@@ -1742,10 +1797,30 @@ void AttendBlock(const float* q, int group, const void* k, const void* v, int n,
     }
     l[g] = l[g] * correction + sum;
     m[g] = new_max;
-    // acc = acc * correction + sum_j p[j] v[j], 32 dims at a time (4 chains).
+    // acc = acc * correction + sum_j p[j] v[j], 64 dims at a time (8 chains),
+    // then 32 (4), then 8: each 8 dims one fma chain over j, whatever the grouping.
     float* accg = acc + g * head_dim;
     const __m256 vc = _mm256_set1_ps(correction);
     int d = 0;
+    for (; d + 64 <= d8; d += 64) {
+      __m256 a[8];
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        a[c] = _mm256_mul_ps(_mm256_loadu_ps(accg + d + 8 * c), vc);
+      }
+      for (j = 0; j < n; ++j) {
+        const __m256 pj = _mm256_set1_ps(p[j]);
+        const int64_t o = int64_t{j} * head_dim + d;
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) {
+          a[c] = _mm256_fmadd_ps(pj, LoadKv8<T>(v, o + 8 * c), a[c]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        _mm256_storeu_ps(accg + d + 8 * c, a[c]);
+      }
+    }
     for (; d + 32 <= d8; d += 32) {
       __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(accg + d), vc);
       __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(accg + d + 8), vc);
@@ -1774,7 +1849,7 @@ void AttendBlock(const float* q, int group, const void* k, const void* v, int n,
     for (; d < head_dim; ++d) {
       float a = accg[d] * correction;
       for (j = 0; j < n; ++j) {
-        a += p[j] * LoadKv1<T>(v, int64_t{j} * head_dim + d);
+        a = std::fma(p[j], LoadKv1<T>(v, int64_t{j} * head_dim + d), a);  // as DotKv
       }
       accg[d] = a;
     }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/engine/generation.h"
+#include "common/engine/kernels/kernels.h"
 #include "common/engine/model.h"
 #include "common/engine/model_builder.h"
 #include "gmock/gmock.h"
@@ -215,6 +216,56 @@ INSTANTIATE_TEST_SUITE_P(Types, BatchedDecodeTest,
 
 // A prefix-cache hit gives the same logits as recomputing the whole prompt,
 // and actually skips the cached tokens.
+// The load-time repacked weights (WeightMatrix::Create, on where the active
+// ISA has kernels for them) change only the speed: a model loaded without
+// them (SetLoadTimeRepack(false), tandem-generate --norepack) gives the same
+// logits bit for bit, in prefill and decode, for every weight type the
+// random-model writer makes (F16 repacked for the GEMV only).
+TEST(EngineTest, RepackedWeightsGiveTheSameLogits) {
+  for (GgmlType dtype : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    SCOPED_TRACE(GgmlTypeName(dtype));
+    RandomModelSpec spec;
+    spec.dim = 128;
+    spec.layers = 2;
+    spec.heads = 4;
+    spec.kv_heads = 2;
+    spec.ffn = 256;
+    spec.context = 256;
+    spec.vocab_size = 300;
+    spec.dtype = dtype;
+    spec.seed = 11;
+    const std::string path = absl::StrCat(::tandem::testing::TempDir(), "/repack-",
+                                          GgmlTypeName(dtype), ".gguf");
+    ASSERT_OK(WriteRandomModel(spec, path));
+    std::vector<std::vector<float>> logits;
+    for (bool repack : {true, false}) {
+      SetLoadTimeRepack(repack);
+      auto model = Model::Load(path);
+      SetLoadTimeRepack(true);
+      ASSERT_OK(model.status());
+      if (repack && ActiveIsa() == Isa::kAvx2) {
+        EXPECT_TRUE((*model)->layer(0).wq.prepacked());
+      }
+      if (!repack) {
+        EXPECT_FALSE((*model)->layer(0).wq.prepacked());
+      }
+      auto engine = MakeEngine(**model);
+      const std::vector<int32_t> prompt = RandomTokens(37, 300, 5);
+      std::vector<float> all = PromptLogits(*engine, 1, prompt, 16);
+      int32_t token = Argmax(absl::MakeConstSpan(all).subspan(all.size() - 300));
+      for (int step = 0; step < 8; ++step) {
+        BatchEntry e{1, absl::MakeConstSpan(&token, 1), LogitsMode::kLast};
+        auto out = engine->Step(absl::MakeConstSpan(&e, 1));
+        ASSERT_OK(out.status());
+        all.insert(all.end(), out->last_logits(0).begin(), out->last_logits(0).end());
+        token = Argmax(out->last_logits(0));
+      }
+      logits.push_back(std::move(all));
+    }
+    EXPECT_EQ(logits[0], logits[1]);
+  }
+}
+
 TEST(EngineTest, PrefixCacheHitMatchesRecompute) {
   const Model& model = SmallModel();
   auto engine = MakeEngine(model);

@@ -317,7 +317,11 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
   static thread_local base::ThreadPool serial(1);
   base::ThreadPool& pool = m * w.rows_ * w.cols_ < (int64_t{1} << 18) ? serial : caller_pool;
   const Isa isa = ActiveIsa();
-  if (w.packed_ != nullptr && isa == w.packed_isa_) {
+  // The repacked copy serves decode-sized batches. Past kPrepackedMaxM rows
+  // the per-call panels (levels expanded to bytes once per call into L2,
+  // wider tiles) win again and their packing is amortized: the same bits
+  // either way.
+  if (w.packed_ != nullptr && isa == w.packed_isa_ && m <= internal::kPrepackedMaxM) {
     internal::MatMulPrepackedAvx2(v, w.packed_, x, m, y, pool);
     return;
   }

@@ -29,11 +29,12 @@ const char* IsaName(Isa isa);
 // in `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
 // Borrows `data` (which must outlive it) and, where the ISA active at
 // creation has kernels for a load-time layout of the type, also owns a
-// repacked copy (AVX2: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, and F16 /
-// BF16 for batches up to 3; as many bytes as the GGUF data, Q4_K 2.8 % more;
-// the GEMM of F16 / BF16 at larger batches still reads the borrowed data). MatMul uses the copy while that ISA stays
-// active and the borrowed data otherwise; both give the same bits. `cols`
-// must be a multiple of the type's block size.
+// repacked copy (AVX2: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, F16, BF16;
+// as many bytes as the GGUF data, Q4_K 2.8 % more). MatMul multiplies
+// decode-sized batches (up to 16 rows; F16 / BF16 up to 3) with the copy
+// while that ISA stays active, and larger batches, or any batch under
+// another ISA, with the borrowed data; every path gives the same bits.
+// `cols` must be a multiple of the type's block size.
 class WeightMatrix {
  public:
   // `repack` false: never make the repacked copy (a matrix only read by

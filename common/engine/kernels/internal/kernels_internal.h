@@ -273,6 +273,8 @@ void PrepackedGemm(const WeightView& w, const uint8_t* packed, const QuantizedAc
 // (F16 / BF16 above batch 3: with the borrowed data, through the per-call
 // GEMM), bitwise equal to MatMulAvx2 at every batch size.
 int64_t PrepackedAvx2Bytes(GgmlType type, int64_t rows, int64_t cols);
+// Batches above this many rows take the per-call paths (MatMul).
+inline constexpr int64_t kPrepackedMaxM = 16;
 void PrepackAvx2(const WeightView& w, uint8_t* out, base::ThreadPool& pool);
 void MatMulPrepackedAvx2(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
                          float* y, base::ThreadPool& pool);

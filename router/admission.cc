@@ -139,14 +139,24 @@ TtftEstimate EstimateTtft(const TtftInputs& in) {
   return e;
 }
 
+double ColdMargin(int samples) {
+  const double confidence =
+      std::clamp(static_cast<double>(samples) / kMinCalibrationSamples, 0.0, 1.0);
+  return kColdMargin - (kColdMargin - 1) * confidence;
+}
+
 double CalibrationFactor(std::vector<double> ratios) {
-  if (static_cast<int>(ratios.size()) < kMinCalibrationSamples) {
-    return 1;
+  const int samples = static_cast<int>(ratios.size());
+  if (samples >= kMinCalibrationSamples) {
+    const size_t k =
+        static_cast<size_t>(kCalibrationQuantile * static_cast<double>(ratios.size() - 1));
+    std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(k), ratios.end());
+    return std::clamp(ratios[k], kMinCalibration, kMaxCalibration);
   }
-  const size_t k =
-      static_cast<size_t>(kCalibrationQuantile * static_cast<double>(ratios.size() - 1));
-  std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(k), ratios.end());
-  return std::clamp(ratios[k], kMinCalibration, kMaxCalibration);
+  // Too few to trust a quantile: never below 1 (a faster cluster than assumed
+  // is not yet proven) nor below what was seen.
+  const double seen = ratios.empty() ? 0 : *std::max_element(ratios.begin(), ratios.end());
+  return std::clamp(std::max(ColdMargin(samples), seen), 1.0, kMaxCalibration);
 }
 
 // --- The decision ---------------------------------------------------------------
@@ -237,10 +247,16 @@ AdmissionDecision DecideAdmission(const AdmissionConfig& config, const Admission
   }
   // 3. The estimated time to first token against the SLO and the deadline.
   const absl::Duration est = in.estimate.ttft;
+  const std::string calibrated =
+      in.calibration_samples < kMinCalibrationSamples
+          ? absl::StrFormat("x%.2f cold-start margin, %d of %d requests measured",
+                            in.estimate.calibration, in.calibration_samples,
+                            kMinCalibrationSamples)
+          : absl::StrFormat("x%.2f calibrated", in.estimate.calibration);
   const std::string why = absl::StrFormat(
       "estimated time to first token %s (%d prompt tokens queued ahead on the best worker at "
-      "%.0f tokens/s measured, x%.2f calibrated)",
-      Secs(est), in.estimate.tokens_ahead, rate, in.estimate.calibration);
+      "%.0f tokens/s measured, %s)",
+      Secs(est), in.estimate.tokens_ahead, rate, calibrated);
   if (config.max_ttft > absl::ZeroDuration() && est > config.max_ttft) {
     d.reason = AdmissionReason::kTtftOverSlo;
     d.retry_after = est - config.max_ttft;
@@ -306,6 +322,7 @@ AdmissionDecision AdmissionController::Admit(const Request& r, const PrefillQueu
   in.own_tokens = own;
   in.rate = q.meter.rate();
   in.estimate = EstimateTtft({q.tokens, workers, own, in.rate, q.calibration});
+  in.calibration_samples = static_cast<int32_t>(q.ratios.size());
   in.time_left = r.deadline == absl::InfiniteFuture() ? absl::InfiniteDuration() : r.deadline - now;
   AdmissionDecision d = DecideAdmission(config_, in);
   if (!d.admitted()) {
@@ -378,6 +395,7 @@ AdmissionController::QueueState AdmissionController::queue(const std::string& mo
     s.tokens = it->second.tokens;
     s.rate = it->second.meter.rate();
     s.calibration = it->second.calibration;
+    s.calibration_samples = static_cast<int32_t>(it->second.ratios.size());
     s.version = it->second.version;
     s.peak_requests = it->second.peak_requests;
   }

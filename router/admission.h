@@ -128,16 +128,30 @@ TtftEstimate EstimateTtft(const TtftInputs& in);
 // The estimate's measured error: of recent admitted requests whose estimate
 // was at least kCalibrationFloor of the SLO (those near the decision), the
 // kCalibrationQuantile of actual / estimated time to first token, clamped to
-// [kMinCalibration, kMaxCalibration]; 1 with fewer than kMinCalibrationSamples.
-// Multiplying by it makes the estimate an upper bound for that share of
-// requests, whatever the rate measurement misses (a load change within the
-// rate window, CPU contention, per-request overheads).
+// [kMinCalibration, kMaxCalibration]. Multiplying by it makes the estimate an
+// upper bound for that share of requests, whatever the rate measurement
+// misses (a load change within the rate window, CPU contention, per-request
+// overheads).
+//
+// Cold start: with fewer than kMinCalibrationSamples ratios the quantile is
+// not yet trusted and the factor is the larger of ColdMargin (kColdMargin
+// with none, shrinking linearly to 1 as samples arrive) and the largest ratio
+// seen so far (of so few, the best guess at a high quantile), clamped to
+// [1, kMaxCalibration]. Until requests have finished, the rate is the
+// configured guess (initial_prefill_rate) and a fresh cluster is often slower
+// than a warm one; without the margin a burst on a cold cluster is admitted
+// up to the SLO on that guess alone and overshoots it (docs/benchmarks.md,
+// "Admission control at twice the capacity": TTFT 3.3-3.8 s under a 2 s SLO).
 inline constexpr double kCalibrationQuantile = 0.95;
 inline constexpr double kCalibrationFloor = 0.25;
 inline constexpr int kMinCalibrationSamples = 16;
 inline constexpr int kCalibrationSamples = 128;  // the most recent ones kept
 inline constexpr double kMinCalibration = 0.5;
 inline constexpr double kMaxCalibration = 4;
+inline constexpr double kColdMargin = 2;
+// kColdMargin with no sample, 1 from kMinCalibrationSamples on, linear in
+// between.
+double ColdMargin(int samples);
 double CalibrationFactor(std::vector<double> ratios);
 
 enum class AdmissionReason {
@@ -164,6 +178,9 @@ struct AdmissionInputs {
   int64_t own_tokens = 0;  // what this request adds to the queue
   TtftEstimate estimate;
   double rate = 1;                                      // tokens/s, as the estimate used
+  // Calibration samples behind estimate.calibration: under
+  // kMinCalibrationSamples it is the cold-start margin (messages say so).
+  int32_t calibration_samples = kMinCalibrationSamples;
   absl::Duration time_left = absl::InfiniteDuration();  // to the request's deadline
 };
 
@@ -213,8 +230,9 @@ class AdmissionController {
   struct QueueState {
     int32_t requests = 0;
     int64_t tokens = 0;
-    double rate = 0;         // tokens/s
-    double calibration = 1;  // CalibrationFactor of its recent requests
+    double rate = 0;                   // tokens/s
+    double calibration = kColdMargin;  // CalibrationFactor of its recent requests
+    int32_t calibration_samples = 0;   // how many (at most kCalibrationSamples)
     // Counts the queue's changes: of two states read by different threads,
     // the larger version is the newer (metrics drop a stale one).
     uint64_t version = 0;
@@ -242,7 +260,7 @@ class AdmissionController {
     // kCalibrationSamples) and the factor they give.
     std::vector<double> ratios;
     size_t next_ratio = 0;
-    double calibration = 1;
+    double calibration = kColdMargin;  // CalibrationFactor({})
   };
   struct Ticket {
     std::string model;

@@ -132,7 +132,8 @@
 //     max_queued_requests: 0        # waiting queue per model (admitted, no first
 //                                   # token yet); 0 = no bound
 //     max_queued_tokens: 0          # the same in prompt tokens; 0 = no bound
-//     initial_prefill_rate: 500     # tokens/s assumed before measurements
+//     initial_prefill_rate: 500     # tokens/s assumed before measurements (with a
+//                                   # margin, x2, until requests have finished)
 //     rate_window: 10s              # the measured rate averages this much busy time
 
 #include <cstdint>
@@ -281,7 +282,9 @@ struct AdmissionConfig {
   int32_t max_queued_requests = 0;  // 0 = no bound
   int64_t max_queued_tokens = 0;    // 0 = no bound
   // Prompt tokens per second reaching their first token, per model, assumed
-  // until measured; low on purpose (a CPU prefill of the 1.5B model).
+  // until measured; low on purpose (a CPU prefill of the 1.5B model). Until
+  // requests have finished, estimates on it carry a margin (x2, shrinking as
+  // they finish: router/admission.h, ColdMargin).
   double initial_prefill_rate = 500;
   absl::Duration rate_window = absl::Seconds(10);
 

@@ -257,7 +257,8 @@ TEST_F(AdmissionTest, TwiceTheCapacityKeepsAdmittedRequestsWithinTheSloAndMemory
   const v1::GenerateRequest req = Story(96);
 
   // Capacity: a closed loop of 8 clients (four times the worker's batch,
-  // so that it never waits for a client).
+  // so that it never waits for a client). The first few may be refused: the
+  // fresh router admits with its cold-start margin until requests finish.
   constexpr int kProbe = 48;
   std::atomic<int> next{0};
   std::atomic<int> probe_ok{0};
@@ -352,7 +353,7 @@ TEST_F(AdmissionTest, TwiceTheCapacityKeepsAdmittedRequestsWithinTheSloAndMemory
       MetricValue(metrics, "tandem_router_time_to_first_token_seconds_count", {model}));
   const double admitted =
       MetricValue(metrics, "tandem_admission_estimated_ttft_seconds_count", {model});
-  EXPECT_GE(admitted, kProbe + ok) << metrics;
+  EXPECT_GE(admitted, probe_ok.load() + ok) << metrics;
   EXPECT_EQ(MetricValue(metrics, "tandem_admission_estimated_ttft_seconds_bucket", {model, le_slo}),
             admitted)
       << metrics;

@@ -161,7 +161,7 @@ PY
 
 # bandwidth THREADS: engine_benchmark's read bandwidth (bytes/s), measured now.
 bandwidth() {
-  "${BUILD:-build}/bin/engine_benchmark" --benchmark_filter="BM_MemoryReadBandwidth/threads:$1\$" \
+  "${BUILD:-build}/bin/engine_benchmark" --benchmark_filter="BM_MemoryReadBandwidth/threads:$1/" \
     --benchmark_format=json 2>/dev/null |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["benchmarks"][0]["GB/s"] * 1e9)'
 }
@@ -247,6 +247,9 @@ import collections, statistics, sys
 runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     engine, model, threads, test, _, tps = line.rstrip("\n").split("\t")
+    if not tps:  # a measurement that printed nothing (its log says why)
+        print(f"compare_engine: no value for {engine} {model} {threads} {test}", file=sys.stderr)
+        continue
     runs[(model, int(threads), test, engine)].append(float(tps))
 sizes = {}
 for line in open(sys.argv[2]):

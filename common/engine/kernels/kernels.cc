@@ -132,19 +132,39 @@ QuantizedActs QuantizeActsParallel(const float* x, int64_t m, int64_t cols, bool
   return xa;
 }
 
+// How the panel GEMMs split their weight panels into pool tasks: groups of
+// `group` panels (one for m <= mr_max, so each panel is streamed once; else
+// as many as fit `budget_bytes`, at most 8, which every activation tile sweeps
+// while they are in L2), and enough tasks, each whole groups, to balance the
+// threads.
+namespace {
+
+struct PanelTasks {
+  int64_t n_panels, group, per_task, n_tasks;
+};
+PanelTasks SplitPanels(int64_t rows, int64_t m, const base::ThreadPool& pool, int panel_rows,
+                       int64_t panel_bytes, int mr_max, int64_t budget_bytes) {
+  PanelTasks t;
+  t.n_panels = (rows + panel_rows - 1) / panel_rows;
+  t.group = m <= mr_max ? 1 : std::clamp<int64_t>(budget_bytes / panel_bytes, 1, 8);
+  const int64_t target_tasks = int64_t{pool.num_threads()} * 8;
+  t.per_task =
+      std::max<int64_t>(t.group, (t.n_panels + target_tasks - 1) / target_tasks / t.group * t.group);
+  t.n_tasks = (t.n_panels + t.per_task - 1) / t.per_task;
+  return t;
+}
+
+}  // namespace
+
 void QuantGemmPanels(const WeightView& w, const QuantizedActs& xa, int64_t m, float* y,
                      base::ThreadPool& pool, int panel_rows, int64_t panel_bytes, int mr_max,
                      int64_t budget_bytes, absl::FunctionRef<void(int64_t r0, uint8_t* out)> pack,
                      absl::FunctionRef<void(int mr, const uint8_t* panel, const QuantizedActs& xa,
                                             float* y, int nvalid)>
                          tile) {
-  const int64_t n_panels = (w.rows + panel_rows - 1) / panel_rows;
-  const int64_t group = m <= mr_max ? 1 : std::clamp<int64_t>(budget_bytes / panel_bytes, 1, 8);
-  // Enough tasks to balance the threads, each a whole number of groups.
-  const int64_t target_tasks = int64_t{pool.num_threads()} * 8;
-  const int64_t per_task =
-      std::max<int64_t>(group, (n_panels + target_tasks - 1) / target_tasks / group * group);
-  const int64_t n_tasks = (n_panels + per_task - 1) / per_task;
+  const PanelTasks pt = SplitPanels(w.rows, m, pool, panel_rows, panel_bytes, mr_max, budget_bytes);
+  const int64_t n_panels = pt.n_panels, group = pt.group, per_task = pt.per_task;
+  const int64_t n_tasks = pt.n_tasks;
   pool.Run(n_tasks, [&](int64_t task, int /*thread*/) {
     static thread_local ScratchBuffer scratch;
     auto* buffer = static_cast<uint8_t*>(scratch.Get(group * panel_bytes));
@@ -172,13 +192,9 @@ void PrepackedGemm(const WeightView& w, const uint8_t* packed, const QuantizedAc
                    float* y, base::ThreadPool& pool, int panel_rows, int64_t panel_bytes,
                    int mr_max, int64_t budget_bytes,
                    absl::FunctionRef<PrepackedTileFn(int mr)> tile) {
-  const int64_t n_panels = (w.rows + panel_rows - 1) / panel_rows;
-  const int64_t group = m <= mr_max ? 1 : std::clamp<int64_t>(budget_bytes / panel_bytes, 1, 8);
-  // Enough tasks to balance the threads, each a whole number of groups.
-  const int64_t target_tasks = int64_t{pool.num_threads()} * 8;
-  const int64_t per_task =
-      std::max<int64_t>(group, (n_panels + target_tasks - 1) / target_tasks / group * group);
-  const int64_t n_tasks = (n_panels + per_task - 1) / per_task;
+  const PanelTasks pt = SplitPanels(w.rows, m, pool, panel_rows, panel_bytes, mr_max, budget_bytes);
+  const int64_t n_panels = pt.n_panels, group = pt.group, per_task = pt.per_task;
+  const int64_t n_tasks = pt.n_tasks;
   const int64_t n_tiles = (m + mr_max - 1) / mr_max;
   pool.Run(n_tasks, [&](int64_t task, int /*thread*/) {
     const int64_t p_end = std::min(n_panels, (task + 1) * per_task);

@@ -253,6 +253,10 @@ absl::Status RouterConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("limits.max_inflight must be >= 1, got ", l.max_inflight));
   }
+  if (l.prepare_threads < 1 || l.prepare_threads > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("limits.prepare_threads must be in 1..256, got ", l.prepare_threads));
+  }
   if (l.max_prompt_tokens < 0) {
     return absl::InvalidArgumentError("limits.max_prompt_tokens must be >= 0");
   }
@@ -591,7 +595,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
   if (root && root.IsMap() && root["limits"]) {
     YAML::Node l = root["limits"];
     RETURN_IF_ERROR(CheckKeys(l, "limits",
-                              {"max_inflight", "retry_after", "max_prompt_tokens", "max_n",
+                              {"max_inflight", "prepare_threads", "retry_after", "max_prompt_tokens", "max_n",
                                "max_logprobs", "max_stop_strings", "max_stop_string_bytes",
                                "default_max_tokens", "default_timeout", "max_body_bytes",
                                "max_prompt_bytes", "header_timeout", "body_timeout",
@@ -599,6 +603,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(absl::string_view yaml,
                                "max_grpc_message_bytes", "parse_special_in_content"}));
     LimitsConfig& x = c.limits;
     RETURN_IF_ERROR(ReadInt32(l, "max_inflight", "limits", &x.max_inflight));
+    RETURN_IF_ERROR(ReadInt32(l, "prepare_threads", "limits", &x.prepare_threads));
     RETURN_IF_ERROR(ReadDuration(l, "retry_after", "limits", &x.retry_after));
     RETURN_IF_ERROR(ReadInt32(l, "max_prompt_tokens", "limits", &x.max_prompt_tokens));
     RETURN_IF_ERROR(ReadInt32(l, "max_n", "limits", &x.max_n));

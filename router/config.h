@@ -184,6 +184,9 @@ struct DiscoveryConfig {
 
 struct LimitsConfig {
   int32_t max_inflight = 256;
+  // Threads that prepare gRPC Generate calls (tokenize, embed, start) off
+  // gRPC's callback threads; most of their time they wait on the embedder.
+  int32_t prepare_threads = 8;
   absl::Duration retry_after = absl::Seconds(1);
   int32_t max_prompt_tokens = 0;      // 0 = context length - 1
   int32_t max_n = 8;

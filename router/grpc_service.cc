@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/executor.h"
 #include "common/base/logging.h"
 #include "common/base/utf8.h"
 #include "proto/grpc_status.h"
@@ -73,9 +74,14 @@ void AddRetryAfter(grpc::CallbackServerContext& context, const absl::Status& s,
 // (or before any run exists).
 class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateWriter(Router& router, const ApiKeys& api_keys, grpc::CallbackServerContext* context,
-                 const v1::GenerateRequest& request)
-      : router_(router) {
+  // Authenticates on the gRPC thread (cheap), then hands the rest to
+  // `prepare`: tokenizing, the complexity router's and the semantic cache's
+  // embeddings (which wait on the embedder's batch) and Router::Start never
+  // run on a gRPC callback thread, where they would delay every other call
+  // and the workers' heartbeat streams that share those threads.
+  GenerateWriter(Router& router, const ApiKeys& api_keys, base::Executor& prepare,
+                 grpc::CallbackServerContext* context, const v1::GenerateRequest& request)
+      : router_(router), context_(context) {
     absl::StatusOr<Tenant> tenant = CallerTenant(api_keys, *context);
     if (!tenant.ok()) {
       Finish(proto::ToGrpcStatus(tenant.status()));
@@ -90,6 +96,35 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
       gen.cache_control = std::string(it->second.data(), it->second.size());
     }
     const absl::Time deadline = absl::FromChrono(context->deadline());
+    const std::string model = gen.model;
+    if (!prepare.Post([this, gen = std::move(gen), deadline]() mutable {
+          Begin(std::move(gen), deadline);
+        })) {
+      const absl::Status s = absl::ResourceExhaustedError(absl::StrCat(
+          "the router has ", prepare.max_queued(),
+          " gRPC requests waiting to be prepared (limits.max_inflight); retry later"));
+      router_.RecordRejected(model, s);
+      AddRetryAfter(*context, s, router_.config().limits.retry_after);
+      Finish(proto::ToGrpcStatus(s));
+    }
+  }
+
+  // On the prepare executor. `this` lives until Finish: nothing calls it
+  // before this runs, and while `starting_` holds, the Sink's end is
+  // deferred to the end of Begin (a cached answer completes inside Start).
+  void Begin(GenerationRequest gen, absl::Time deadline) {
+    bool gone;
+    {
+      absl::MutexLock lock(&mu_);
+      gone = client_cancelled_;  // gone while queued: prepare nothing
+      if (gone) {
+        finished_ = true;
+      }
+    }
+    if (gone) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the call"));
+      return;
+    }
     absl::StatusOr<PreparedRequest> prepared = router_.Prepare(gen, deadline);
     if (!prepared.ok()) {
       router_.RecordRejected(gen.model, prepared.status());
@@ -105,18 +140,29 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
         router_.Start(*std::move(prepared), sink);
     if (!handle.ok()) {
-      AddRetryAfter(*context, handle.status(), router_.config().limits.retry_after);
+      AddRetryAfter(*context_, handle.status(), router_.config().limits.retry_after);
       Finish(proto::ToGrpcStatus(handle.status()));
       return;
     }
     bool cancel_now;
+    bool finish = false;
+    grpc::Status status;
     {
       absl::MutexLock lock(&mu_);
       handle_ = *handle;
       cancel_now = client_cancelled_;
+      starting_ = false;
+      if (finish_requested_ && !writing_ && !finished_) {
+        finished_ = true;
+        finish = true;
+        status = finish_status_;
+      }
     }
     if (cancel_now) {
       (*handle)->Cancel();
+    }
+    if (finish) {
+      Finish(status);  // last touch of `this`
     }
   }
 
@@ -150,7 +196,7 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
         write_next = true;
       } else {
         writing_ = false;
-        if (finish_requested_ && !finished_) {
+        if (finish_requested_ && !finished_ && !starting_) {
           finished_ = true;
           finish = true;
           status = finish_status_;
@@ -248,8 +294,8 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
       absl::MutexLock lock(&mu_);
       finish_requested_ = true;
       finish_status_ = std::move(status);
-      if (writing_ || finished_) {
-        return;  // OnWriteDone finishes once the queue drains
+      if (writing_ || finished_ || starting_) {
+        return;  // OnWriteDone (or Begin) finishes once the queue drains
       }
       finished_ = true;
     }
@@ -264,6 +310,7 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   }
 
   Router& router_;
+  grpc::CallbackServerContext* const context_;  // gRPC's; valid until OnDone
   std::string request_id_;
   const engine::Tokenizer* tokenizer_ = nullptr;
   bool want_logprobs_ = false;
@@ -273,6 +320,8 @@ class GenerateWriter : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   absl::Mutex mu_;
   std::shared_ptr<RequestHandle> handle_ ABSL_GUARDED_BY(mu_);
   bool client_cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  // Until Begin has stored the handle: the Sink's end waits for Begin.
+  bool starting_ ABSL_GUARDED_BY(mu_) = true;
   std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);
   v1::GenerateResponse current_;  // being written; touched only by the writer in turn
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -319,7 +368,7 @@ GenerationRequest FromProto(const v1::GenerateRequest& request) {
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  return new GenerateWriter(router_, api_keys_, context, *request);
+  return new GenerateWriter(router_, api_keys_, prepare_, context, *request);
 }
 
 grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerContext* context,

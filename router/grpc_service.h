@@ -7,13 +7,18 @@
 // UNAVAILABLE, DEADLINE_EXCEEDED, ...). The client's deadline is propagated
 // to the workers; a client that cancels cancels the workers' calls.
 //
-// Never blocks in a callback. Thread-safe; owned by main next to the server.
+// Never blocks in a callback: Generate's preparation (tokenizing, embedding,
+// Router::Start) runs on the service's own threads (limits.prepare_threads),
+// at most limits.max_inflight calls waiting for them (more are refused
+// RESOURCE_EXHAUSTED with `retry-after`). Thread-safe; owned by main next to
+// the server, which must be shut down before the service is destroyed.
 
 #include <string>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/string_view.h"
+#include "common/base/executor.h"
 #include "common/engine/tokenizer/tokenizer.h"
 #include "router/auth.h"
 #include "router/router.h"
@@ -28,7 +33,10 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
   // Generate runs under the key's tenant (GenerateRequest.tenant is then
   // ignored). With expose_route_workers off, RouteInfo names no worker.
   GenerationService(Router& router, const ApiKeys& api_keys)
-      : router_(router), api_keys_(api_keys) {}
+      : router_(router),
+        api_keys_(api_keys),
+        prepare_(router.config().limits.prepare_threads,
+                 static_cast<size_t>(router.config().limits.max_inflight)) {}
 
   grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const tandem::v1::GenerateRequest* request) override;
@@ -42,6 +50,7 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
  private:
   Router& router_;
   const ApiKeys& api_keys_;
+  base::Executor prepare_;  // last: joined first, while the rest still lives
 };
 
 // Converts the public request to the router's (the edge conversion; proto3

@@ -37,6 +37,7 @@ internal_tls:
   key: certs/cluster.key
 limits:
   max_inflight: 4
+  prepare_threads: 3
   retry_after: 2s
   max_n: 2
   default_timeout: 1m
@@ -56,6 +57,7 @@ limits:
   EXPECT_EQ(c->discovery.dns_refresh, absl::Seconds(2));
   EXPECT_EQ(c->discovery.heartbeat_timeout, absl::Milliseconds(1500));
   EXPECT_EQ(c->limits.max_inflight, 4);
+  EXPECT_EQ(c->limits.prepare_threads, 3);
   EXPECT_EQ(c->limits.default_timeout, absl::Minutes(1));
   EXPECT_EQ(c->internal_tls.ca_file, "/etc/tandem/certs/ca.pem");
   EXPECT_EQ(c->internal_tls.cert_file, "/abs/cluster.pem");
@@ -186,6 +188,10 @@ TEST(RouterConfigTest, ErrorsNameTheKey) {
   EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
                                      HasSubstr("limits.max_inflight")));
   c.limits.max_inflight = 1;
+  c.limits.prepare_threads = 0;
+  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("limits.prepare_threads")));
+  c.limits.prepare_threads = 8;
   c.discovery.static_workers = {"no-port"};
   EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no-port")));
 }

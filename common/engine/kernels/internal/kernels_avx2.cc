@@ -40,6 +40,7 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "common/base/logging.h"
 #include "common/engine/kernels/internal/kernels_internal.h"
@@ -1047,7 +1048,7 @@ void KernelQ6KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t c
   const int64_t n_chunks = nb / 8;
   const uint8_t* factors = panel + n_chunks * kQ6KLevelBytes8;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i three = _mm256_set1_epi8(3);
+  const __m256i m30 = _mm256_set1_epi8(0x30);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4, acc5;
   const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
@@ -1058,11 +1059,14 @@ void KernelQ6KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t c
     const uint8_t* f = factors + c * kQ6KFactorBytes8;
     const __m256 d = HalvesToPs(f);
     const uint8_t* sc = f + 2 * kPPRows;
-    for (int sb = 0; sb < 8; ++sb) {
-      // Sub-block 4h + k: the nibbles of ql part k % 2 (low ones for k < 2)
-      // and bits 2k, 2k + 1 of qh half h.
-      const int hh = sb / 4;
-      const int k = sb % 4;
+    // Sub-block 4h + k: the nibbles of ql part k % 2 (low ones for k < 2)
+    // and bits 2k, 2k + 1 of qh half h. k is a constant in each instance:
+    // the two bits move to bits 4-5 of their byte with one immediate shift
+    // (none for k = 2) and one mask; the 16-bit shifts carry bits across
+    // bytes only where the mask drops them.
+    auto sub_block = [&](int hh, auto kc) {
+      constexpr int k = decltype(kc)::value;
+      const int sb = 4 * hh + k;
       const int64_t b = c * 8 + sb;
       const int64_t xo = b * kQBlock;
       auto level = [&](int g) {
@@ -1070,8 +1074,17 @@ void KernelQ6KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t c
         const __m256i qh = LoadU(lv + 32 * (32 + 8 * hh + g));
         const __m256i nib =
             k < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
-        const __m256i hi2 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), three);
-        return _mm256_or_si256(nib, _mm256_slli_epi16(hi2, 4));
+        __m256i hi2;
+        if constexpr (k == 0) {
+          hi2 = _mm256_slli_epi16(qh, 4);
+        } else if constexpr (k == 1) {
+          hi2 = _mm256_slli_epi16(qh, 2);
+        } else if constexpr (k == 2) {
+          hi2 = qh;
+        } else {
+          hi2 = _mm256_srli_epi16(qh, 2);
+        }
+        return _mm256_or_si256(nib, _mm256_and_si256(hi2, m30));
       };
       // The 16-halves: groups 0-3 into dot s, 4-7 into dot u, each from two
       // int16 sums of two vpmaddubsw pairs.
@@ -1119,6 +1132,12 @@ void KernelQ6KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t c
   }
       TANDEM_FOR_MR(PP_EPI)
 #undef PP_EPI
+    };
+    for (int hh = 0; hh < 2; ++hh) {
+      sub_block(hh, std::integral_constant<int, 0>{});
+      sub_block(hh, std::integral_constant<int, 1>{});
+      sub_block(hh, std::integral_constant<int, 2>{});
+      sub_block(hh, std::integral_constant<int, 3>{});
     }
   }
 #define PP_STORE(I) StorePartial(y + I * ldy, acc##I, nvalid);

@@ -285,8 +285,12 @@ absl::StatusOr<WeightMatrix> WeightMatrix::Create(GgmlType type, const void* dat
   // kernels; the rest are read in their GGUF layout (an mmap'd file in
   // place, at no extra memory), repacked per call into cache-resident
   // panels where the GEMM wants them.
+  // The AVX2 layouts serve the AVX-512 ISAs too: their kernels give the same
+  // bits as the VNNI and 512-bit per-call paths (exact integer block dots,
+  // the same fp32 epilogue; see MatMul), and at decode-sized batches a
+  // repacked copy streamed once beats any per-call repacking.
   const Isa isa = ActiveIsa();
-  const int64_t bytes = repack && LoadTimeRepack() && isa == Isa::kAvx2
+  const int64_t bytes = repack && LoadTimeRepack() && isa >= Isa::kAvx2
                             ? internal::PrepackedAvx2Bytes(type, rows, cols)
                             : 0;
   if (bytes > 0) {
@@ -337,7 +341,11 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
   // the per-call panels (levels expanded to bytes once per call into L2,
   // wider tiles) win again and their packing is amortized: the same bits
   // either way.
-  if (w.packed_ != nullptr && isa == w.packed_isa_ && m <= internal::kPrepackedMaxM) {
+  // Under the AVX-512 ISAs float types leave the copy above batch 3, where
+  // the 512-bit GEMM takes over (the AVX2 one would read the borrowed data).
+  const bool is_float = w.type_ == GgmlType::kF16 || w.type_ == GgmlType::kBF16;
+  const int64_t packed_max_m = isa != Isa::kAvx2 && is_float ? 3 : internal::kPrepackedMaxM;
+  if (w.packed_ != nullptr && isa == w.packed_isa_ && m <= packed_max_m) {
     internal::MatMulPrepackedAvx2(v, w.packed_, x, m, y, pool);
     return;
   }

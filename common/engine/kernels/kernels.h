@@ -29,8 +29,10 @@ const char* IsaName(Isa isa);
 // in `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
 // Borrows `data` (which must outlive it) and, where the ISA active at
 // creation has kernels for a load-time layout of the type, also owns a
-// repacked copy (AVX2: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, F16, BF16;
-// as many bytes as the GGUF data, Q4_K 2.8 % more). MatMul multiplies
+// repacked copy (the AVX2 layouts, made under AVX2 and under the AVX-512
+// ISAs, whose per-call paths they match bit for bit: Q4_0, Q8_0, Q4_1, Q5_0,
+// Q5_1, Q4_K, Q6_K, F16, BF16; as many bytes as the GGUF data, Q4_K 2.8 %
+// more). MatMul multiplies
 // decode-sized batches (up to 16 rows; F16 / BF16 up to 3) with the copy
 // while that ISA stays active, and larger batches, or any batch under
 // another ISA, with the borrowed data; every path gives the same bits.

@@ -450,9 +450,11 @@ TEST(QuantizeActsTest, Avx2MatchesScalarWithHalfSums) {
   }
 }
 
-// The level-type kernels sum exact integer dots of each block's 16-halves and
-// add the fp32 block terms in one fixed order, so the AVX2 (vpmaddubsw) and
-// VNNI (vpdpbusd) paths agree bit for bit, fused (m <= 2) or panelled.
+// The quantized kernels sum exact integer dots (of each block, or of each
+// block's 16-halves for the level types) and add the fp32 block terms in one
+// fixed order, so the AVX2 (vpmaddubsw) and VNNI (vpdpbusd) paths agree bit
+// for bit, fused (m <= 2) or panelled, in either Q4_0 layout. (Matrices
+// without a load-time copy: these are the per-call paths.)
 TEST(LevelKernelsTest, Avx2AndVnniAgreeBitwise) {
   if (DetectIsa() != Isa::kAvx512Vnni) {
     GTEST_SKIP() << "this CPU lacks avx512vnni (best ISA detected: " << IsaName(DetectIsa()) << ")";
@@ -460,12 +462,16 @@ TEST(LevelKernelsTest, Avx2AndVnniAgreeBitwise) {
   IsaGuard guard;
   base::ThreadPool pool(2);
   uint32_t seed = 9000;
-  for (GgmlType type : kLevelTypes) {
+  std::vector<GgmlType> types(std::begin(kLevelTypes), std::end(kLevelTypes));
+  types.push_back(GgmlType::kQ4_0);
+  types.push_back(GgmlType::kQ8_0);
+  for (GgmlType type : types) {
     const int64_t rows = 37;
     const int64_t cols = 512;
     const std::vector<uint8_t> data = MakeWeights(type, rows, cols, ++seed);
-    ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(type, data.data(), rows, cols));
-    for (int64_t m : {1, 2, 3, 11}) {
+    ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(type, data.data(), rows, cols,
+                                                              /*repack=*/false));
+    for (int64_t m : {1, 2, 3, 11, 40}) {
       const std::vector<float> x = RandomFloats(m * cols, ++seed);
       std::vector<float> y_avx2(m * rows), y_vnni(m * rows);
       SetActiveIsa(Isa::kAvx2);
@@ -486,9 +492,22 @@ TEST(LevelKernelsTest, Avx2AndVnniAgreeBitwise) {
 // batch size, thread count and shape (odd rows: a partial last panel; odd
 // block counts: unaligned panels; m past one tile and past the panel-group
 // threshold).
-TEST(PrepackedTest, Avx2EqualsPerCallPathsBitwise) {
-  if (static_cast<int>(DetectIsa()) < static_cast<int>(Isa::kAvx2)) {
-    GTEST_SKIP() << "this CPU lacks avx2 (best ISA detected: " << IsaName(DetectIsa()) << ")";
+//
+// Matrices created while an AVX-512 ISA is active get the same AVX2 copy,
+// which must equal that ISA's per-call paths (VNNI vpdpbusd panels for the
+// quantized types, the 512-bit float GEMM above batch 3) bit for bit too.
+class PrepackedTest : public ::testing::TestWithParam<Isa> {};
+INSTANTIATE_TEST_SUITE_P(Isas, PrepackedTest,
+                         ::testing::Values(Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni),
+                         [](const ::testing::TestParamInfo<Isa>& info) {
+                           return std::string(IsaName(info.param));
+                         });
+
+TEST_P(PrepackedTest, EqualsPerCallPathsBitwise) {
+  const Isa isa = GetParam();
+  if (static_cast<int>(DetectIsa()) < static_cast<int>(isa)) {
+    GTEST_SKIP() << "this CPU lacks " << IsaName(isa)
+                 << " (best ISA detected: " << IsaName(DetectIsa()) << ")";
   }
   IsaGuard guard;
   base::ThreadPool pool1(1);
@@ -511,7 +530,7 @@ TEST(PrepackedTest, Avx2EqualsPerCallPathsBitwise) {
       SetActiveIsa(Isa::kScalar);
       ASSERT_OK_AND_ASSIGN(WeightMatrix plain, WeightMatrix::Create(type, data.data(), rows, cols));
       EXPECT_FALSE(plain.prepacked());
-      SetActiveIsa(Isa::kAvx2);
+      SetActiveIsa(isa);
       ASSERT_OK_AND_ASSIGN(WeightMatrix packed, WeightMatrix::Create(type, data.data(), rows, cols));
       ASSERT_TRUE(packed.prepacked());
       const int64_t row_bytes =

@@ -346,7 +346,11 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
   const bool is_float = w.type_ == GgmlType::kF16 || w.type_ == GgmlType::kBF16;
   const int64_t packed_max_m = isa != Isa::kAvx2 && is_float ? 3 : internal::kPrepackedMaxM;
   if (w.packed_ != nullptr && isa == w.packed_isa_ && m <= packed_max_m) {
-    internal::MatMulPrepackedAvx2(v, w.packed_, x, m, y, pool);
+    if (isa == Isa::kAvx512Vnni) {
+      internal::MatMulPrepackedVnni(v, w.packed_, x, m, y, pool);
+    } else {
+      internal::MatMulPrepackedAvx2(v, w.packed_, x, m, y, pool);
+    }
     return;
   }
   switch (isa) {

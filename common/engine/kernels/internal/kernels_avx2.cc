@@ -810,19 +810,23 @@ void PrepackPanel8(const WeightView& w, const uint8_t* const rows[kPPRows], uint
 }
 
 // Q4_0, MR <= kQMrQ4: KernelQ4<MR, kUnsigned>'s arithmetic on a prepacked panel.
-// Software prefetch of `bytes` at `p` (whole cache lines) into L1. The
-// Q6_K kernel reads each 1536-byte chunk of levels out of order (a quarter
-// of ql, then a quarter of qh, four times over), which the hardware
-// prefetcher does not follow: prefetching the chunk two ahead made it
-// 1.3-1.8x faster at batch 1 and 8 (kernels_benchmark, Zen 3); the
-// sequential kernels (Q4_0, Q4_K) gained nothing from it. Prefetching past
-// the end of the copy is harmless (no fault).
-inline void PrefetchLines(const uint8_t* p, int64_t bytes) {
-  for (int64_t o = 0; o < bytes; o += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+// Software prefetch, kPrefetchAheadBytes ahead of where a prepacked kernel
+// reads. A panel is its levels for every chunk (block or super-block), then
+// their factors, and the panels of a task lie back to back; chunk c of a
+// panel of `stride` bytes per chunk prefetches the lines of bytes [A + c *
+// stride, A + (c + 1) * stride) from the panel's start, each line once: the
+// levels and factors ahead in proportion, and past the panel's end the next
+// panel's (this thread's next; another's, or unmapped memory past the copy,
+// harmlessly: a prefetch never faults). The hardware prefetchers alone left
+// batch-1 decode latency-bound on an AVX-512 Zen 5 VM (Q4_0 at 8.5 GB/s of
+// 31); 4-16 KiB ahead gave 18-26 GB/s (kernels_benchmark, docs/benchmarks.md).
+constexpr int64_t kPrefetchAheadBytes = 12 * 1024;
+inline void PrefetchAhead(const uint8_t* panel, int64_t c, int64_t stride) {
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(panel) + kPrefetchAheadBytes + c * stride;
+  for (uintptr_t a = (lo + 63) & ~uintptr_t{63}; a < lo + stride; a += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
   }
 }
-constexpr int64_t kPrefetchChunks = 2;  // chunks ahead
 
 template <int MR>
 void KernelQ4Prepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
@@ -840,6 +844,7 @@ void KernelQ4Prepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t co
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = panel + b * 128;
     const int64_t xo = b * kQBlock;
+    PrefetchAhead(panel, b, 128 + 2 * kPPRows);
     __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0;
 #pragma GCC unroll 4
     for (int d = 0; d < 4; ++d) {
@@ -883,6 +888,7 @@ void KernelQ8Prepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t co
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = panel + b * 256;
     const int64_t xo = b * kQBlock;
+    PrefetchAhead(panel, b, 256 + 2 * kPPRows);
     __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4, s5;
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
@@ -929,6 +935,7 @@ void KernelLevel32Prepacked(const uint8_t* panel, const QuantizedActs& xa, int64
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = panel + b * 128;
     const uint8_t* e = extras + b * kExtra;
+    PrefetchAhead(panel, b, 128 + kExtra);
     const uint8_t* f = e + (kQ5 ? 4 * kPPRows : 0);
     const int64_t xo = b * kQBlock;
     [[maybe_unused]] const __m256i qh = kQ5 ? LoadU(e) : _mm256_setzero_si256();
@@ -1006,6 +1013,7 @@ void KernelQ4KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t c
   for (int64_t c = 0; c < n_chunks; ++c) {
     const uint8_t* lv = panel + c * kQ4KLevelBytes8;
     const uint8_t* f = factors + c * kQ4KFactorBytes8;
+    PrefetchAhead(panel, c, kQ4KLevelBytes8 + kQ4KFactorBytes8);
     const __m256 d = HalvesToPs(f);
     const __m256 dmin = HalvesToPs(f + 2 * kPPRows);
     const uint8_t* sc = f + 4 * kPPRows;
@@ -1070,7 +1078,7 @@ void KernelQ6KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t c
   const uint8_t *x4 = nullptr, *x5 = nullptr;
   for (int64_t c = 0; c < n_chunks; ++c) {
     const uint8_t* lv = panel + c * kQ6KLevelBytes8;
-    PrefetchLines(lv + kPrefetchChunks * kQ6KLevelBytes8, kQ6KLevelBytes8);
+    PrefetchAhead(panel, c, kQ6KLevelBytes8 + kQ6KFactorBytes8);
     const uint8_t* f = factors + c * kQ6KFactorBytes8;
     const __m256 d = HalvesToPs(f);
     const uint8_t* sc = f + 2 * kPPRows;
@@ -1576,6 +1584,10 @@ void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, base::
     default:
       LOG(FATAL) << "MatMulAvx2: type " << GgmlTypeName(w.type);
   }
+}
+
+int64_t PrepackedPanelBytesAvx2(GgmlType type, int64_t cols) {
+  return PrepackedPanelBytes8(type, cols);
 }
 
 int64_t PrepackedAvx2Bytes(GgmlType type, int64_t rows, int64_t cols) {

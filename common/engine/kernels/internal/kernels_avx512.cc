@@ -316,7 +316,181 @@ void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, int64
 // Level types (Q4_1 ... Q6_K) with VNNI.
 #include "common/engine/kernels/internal/kernels_levels.inc"
 
+// ---------------------------------------------------------------------------
+// Load-time repacked Q4_0 / Q8_0 (the AVX2 8-row layouts, kernels_avx2.cc)
+// ---------------------------------------------------------------------------
+// The AVX2 kernels widen vpmaddubsw's int16 pairs (vpaddw, vpmaddwd) and,
+// at batch 1, chain every product of a block through one register; here
+// vpdpbusd (256-bit, EVEX, x broadcast from memory) accumulates straight
+// into int32, into up to 8 independent registers per activation row that
+// are added at the end of the block. The integer block dot is exact either
+// way, and the fp32 epilogue is KernelQ4Prepacked's / KernelQ8Prepacked's,
+// so the bits are the same.
+
+constexpr int kPP8Rows = 8;
+constexpr int kPPVnniMr = 8;
+// As kernels_avx2.cc's PrefetchAhead (the same layouts, the same distance).
+constexpr int64_t kPrefetchAheadBytes = 12 * 1024;
+inline void PrefetchAhead(const uint8_t* panel, int64_t c, int64_t stride) {
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(panel) + kPrefetchAheadBytes + c * stride;
+  for (uintptr_t a = (lo + 63) & ~uintptr_t{63}; a < lo + stride; a += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
+  }
+}
+
+inline __m256i Bcast32y(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+inline void StorePartial8(float* dst, __m256 v, int n) {
+  _mm256_mask_storeu_ps(dst, static_cast<__mmask8>((1u << n) - 1), v);
+}
+
+// Independent accumulators per activation row: 8 steps per block in all.
+template <int MR>
+constexpr int VnniSplit() {
+  return MR == 1 ? 8 : MR == 2 ? 4 : MR <= 4 ? 2 : 1;
+}
+
+template <int K>
+inline __m256i SumTree(const __m256i* s) {
+  if constexpr (K == 1) {
+    return s[0];
+  } else {
+    return _mm256_add_epi32(SumTree<K / 2>(s), SumTree<K / 2>(s + K / 2));
+  }
+}
+
+template <int MR>
+void KernelQ4PrepackedVnni(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
+                           int64_t ldy, int nvalid) {
+  static_assert(MR >= 1 && MR <= kPPVnniMr);
+  constexpr int K = VnniSplit<MR>();
+  const int64_t nb = xa.nb;
+  const uint8_t* scales = panel + nb * 128;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 acc[MR];
+  const uint8_t* xr[MR];
+  for (int i = 0; i < MR; ++i) {
+    acc[i] = _mm256_setzero_ps();
+    xr[i] = reinterpret_cast<const uint8_t*>(xa.qs) + i * cols;
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* q = panel + b * 128;
+    const int64_t xo = b * kQBlock;
+    PrefetchAhead(panel, b, 128 + 2 * kPP8Rows);
+    __m256i s[MR][K];
+    for (int i = 0; i < MR; ++i) {
+      for (int k = 0; k < K; ++k) {
+        s[i][k] = _mm256_setzero_si256();
+      }
+    }
+#pragma GCC unroll 4
+    for (int d = 0; d < 4; ++d) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * d));
+      const __m256i wl = _mm256_and_si256(raw, m4);
+      const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+      for (int i = 0; i < MR; ++i) {
+        __m256i& sl = s[i][(2 * d) % K];
+        __m256i& sh = s[i][(2 * d + 1) % K];
+        sl = _mm256_dpbusd_epi32(sl, wl, Bcast32y(xr[i] + xo + 4 * d));
+        sh = _mm256_dpbusd_epi32(sh, wh, Bcast32y(xr[i] + xo + 16 + 4 * d));
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + b * 2 * kPP8Rows)));
+    for (int i = 0; i < MR; ++i) {
+      const __m256i tt =
+          _mm256_sub_epi32(SumTree<K>(s[i]), _mm256_set1_epi32(8 * xa.sum[i * nb + b]));
+      const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(tt), _mm256_set1_ps(xa.d[i * nb + b]));
+      acc[i] = _mm256_fmadd_ps(f, dw, acc[i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    StorePartial8(y + i * ldy, acc[i], nvalid);
+  }
+}
+
+template <int MR>
+void KernelQ8PrepackedVnni(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
+                           int64_t ldy, int nvalid) {
+  static_assert(MR >= 1 && MR <= kPPVnniMr);
+  constexpr int K = VnniSplit<MR>();
+  const int64_t nb = xa.nb;
+  const uint8_t* scales = panel + nb * 256;
+  __m256 acc[MR];
+  const uint8_t* xr[MR];
+  for (int i = 0; i < MR; ++i) {
+    acc[i] = _mm256_setzero_ps();
+    xr[i] = reinterpret_cast<const uint8_t*>(xa.qs) + i * cols;
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* q = panel + b * 256;
+    const int64_t xo = b * kQBlock;
+    PrefetchAhead(panel, b, 256 + 2 * kPP8Rows);
+    __m256i s[MR][K];
+    for (int i = 0; i < MR; ++i) {
+      for (int k = 0; k < K; ++k) {
+        s[i][k] = _mm256_setzero_si256();
+      }
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const __m256i sgn = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * g));
+      const __m256i ab = _mm256_abs_epi8(sgn);
+      for (int i = 0; i < MR; ++i) {
+        __m256i& sg = s[i][g % K];
+        sg = _mm256_dpbusd_epi32(sg, ab, _mm256_sign_epi8(Bcast32y(xr[i] + xo + 4 * g), sgn));
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + b * 2 * kPP8Rows)));
+    for (int i = 0; i < MR; ++i) {
+      const __m256 f =
+          _mm256_mul_ps(_mm256_cvtepi32_ps(SumTree<K>(s[i])), _mm256_set1_ps(xa.d[i * nb + b]));
+      acc[i] = _mm256_fmadd_ps(f, dw, acc[i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    StorePartial8(y + i * ldy, acc[i], nvalid);
+  }
+}
+
+template <bool kQ4>
+PrepackedTileFn PrepackedVnniTile(int mr) {
+  switch (mr) {
+#define PP_CASE(N) \
+  case N:          \
+    return kQ4 ? KernelQ4PrepackedVnni<N> : KernelQ8PrepackedVnni<N>;
+    PP_CASE(1)
+    PP_CASE(2)
+    PP_CASE(3)
+    PP_CASE(4)
+    PP_CASE(5)
+    PP_CASE(6)
+    PP_CASE(7)
+#undef PP_CASE
+    default:
+      return kQ4 ? KernelQ4PrepackedVnni<8> : KernelQ8PrepackedVnni<8>;
+  }
+}
+
 }  // namespace
+
+void MatMulPrepackedVnni(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
+                         float* y, base::ThreadPool& pool) {
+  if (w.type != GgmlType::kQ4_0 && w.type != GgmlType::kQ8_0) {
+    MatMulPrepackedAvx2(w, packed, x, m, y, pool);
+    return;
+  }
+  const bool q4 = w.type == GgmlType::kQ4_0;
+  const QuantizedActs xa = QuantizeActsParallel(x, m, w.cols, /*offset128=*/false, pool);
+  PrepackedGemm(w, packed, xa, m, y, pool, kPP8Rows, PrepackedPanelBytesAvx2(w.type, w.cols),
+                kPPVnniMr, kPanelBudgetBytes,
+                [&](int mr) { return q4 ? PrepackedVnniTile<true>(mr) : PrepackedVnniTile<false>(mr); });
+}
 
 void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
                   bool vnni) {

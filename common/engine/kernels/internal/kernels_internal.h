@@ -278,5 +278,12 @@ inline constexpr int64_t kPrepackedMaxM = 16;
 void PrepackAvx2(const WeightView& w, uint8_t* out, base::ThreadPool& pool);
 void MatMulPrepackedAvx2(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
                          float* y, base::ThreadPool& pool);
+// Bytes of one 8-row panel of the quantized layouts (0: not such a type).
+int64_t PrepackedPanelBytesAvx2(GgmlType type, int64_t cols);
+// MatMulPrepackedAvx2 under AVX-512 VNNI (kernels_avx512.cc): the same
+// layouts, Q4_0 and Q8_0 multiplied with vpdpbusd (the same integer dots,
+// the same fp32 epilogue: the same bits), the other types as MatMulPrepackedAvx2.
+void MatMulPrepackedVnni(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
+                         float* y, base::ThreadPool& pool);
 
 }  // namespace tandem::engine::internal

@@ -346,10 +346,10 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
   const bool is_float = w.type_ == GgmlType::kF16 || w.type_ == GgmlType::kBF16;
   const int64_t packed_max_m = isa != Isa::kAvx2 && is_float ? 3 : internal::kPrepackedMaxM;
   if (w.packed_ != nullptr && isa == w.packed_isa_ && m <= packed_max_m) {
-    if (isa == Isa::kAvx512Vnni) {
-      internal::MatMulPrepackedVnni(v, w.packed_, x, m, y, pool);
-    } else {
+    if (isa == Isa::kAvx2) {
       internal::MatMulPrepackedAvx2(v, w.packed_, x, m, y, pool);
+    } else {
+      internal::MatMulPrepackedAvx512(v, w.packed_, x, m, y, pool, isa == Isa::kAvx512Vnni);
     }
     return;
   }

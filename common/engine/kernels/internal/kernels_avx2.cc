@@ -1488,6 +1488,9 @@ void GemvPrepacked16(const WeightView& w, const uint8_t* panel, int64_t r0, cons
     const uint8_t* pk = panel + k0 * kF16PanelRows * 2;
 #pragma GCC unroll 4
     for (int64_t k = k0; k < k_end; ++k, pk += kF16PanelRows * 2) {
+      if ((k & 1) == 0) {  // a 64-byte line per two k (see PrefetchAhead)
+        _mm_prefetch(reinterpret_cast<const char*>(pk + kPrefetchAheadBytes), _MM_HINT_T0);
+      }
       const __m256 wl = Load8<T>(pk, 0);
       const __m256 wh = Load8<T>(pk + 16, 0);
 #pragma GCC unroll 3

@@ -479,9 +479,87 @@ PrepackedTileFn PrepackedVnniTile(int mr) {
 
 }  // namespace
 
-void MatMulPrepackedVnni(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
-                         float* y, base::ThreadPool& pool) {
-  if (w.type != GgmlType::kQ4_0 && w.type != GgmlType::kQ8_0) {
+// F16 / BF16 GEMV (m <= 3) on the AVX2 16-row k-major panels ([k][16]
+// halves): one zmm per k where the AVX2 kernel takes two ymm. Per lane the
+// same fp32 FMAs in k order from zero per kFloatKc chunk, each chunk's sum
+// added to y: GemvPrepacked16's bits.
+template <GgmlType T, int MI>
+void GemvPrepacked512(const WeightView& w, const uint8_t* panel, int64_t r0, const float* x,
+                      float* y) {
+  static_assert(MI >= 1 && MI <= 3);
+  const int64_t cols = w.cols;
+  const int nvalid = static_cast<int>(std::min<int64_t>(kFloatPanelRows, w.rows - r0));
+  const __mmask16 mask = RowMask(nvalid);
+  for (int64_t k0 = 0; k0 < cols; k0 += kFloatKc) {
+    const int64_t k_end = std::min(cols, k0 + kFloatKc);
+    __m512 acc[MI];
+    for (int i = 0; i < MI; ++i) {
+      acc[i] = _mm512_setzero_ps();
+    }
+    const uint8_t* pk = panel + k0 * kFloatPanelRows * 2;
+#pragma GCC unroll 4
+    for (int64_t k = k0; k < k_end; ++k, pk += kFloatPanelRows * 2) {
+      if ((k & 1) == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(pk + kPrefetchAheadBytes), _MM_HINT_T0);
+      }
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pk));
+      __m512 wv;
+      if constexpr (T == GgmlType::kF16) {
+        wv = _mm512_cvtph_ps(h);
+      } else {
+        wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      }
+      for (int i = 0; i < MI; ++i) {
+        acc[i] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[i * cols + k]), acc[i]);
+      }
+    }
+    for (int i = 0; i < MI; ++i) {
+      float* dst = y + i * w.rows + r0;
+      __m512 a = acc[i];
+      if (k0 > 0) {
+        a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(mask, dst));
+      }
+      _mm512_mask_storeu_ps(dst, mask, a);
+    }
+  }
+}
+
+template <GgmlType T>
+void MatMulFloatPrepacked512(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
+                             float* y, base::ThreadPool& pool) {
+  const int64_t n_panels = (w.rows + kFloatPanelRows - 1) / kFloatPanelRows;
+  const int64_t panel_bytes = w.cols * kFloatPanelRows * 2;
+  pool.ParallelFor(n_panels, 2, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const uint8_t* panel = packed + p * panel_bytes;
+      const int64_t r0 = p * kFloatPanelRows;
+      switch (m) {
+        case 1:
+          GemvPrepacked512<T, 1>(w, panel, r0, x, y);
+          break;
+        case 2:
+          GemvPrepacked512<T, 2>(w, panel, r0, x, y);
+          break;
+        default:
+          GemvPrepacked512<T, 3>(w, panel, r0, x, y);
+          break;
+      }
+    }
+  });
+}
+
+void MatMulPrepackedAvx512(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
+                           float* y, base::ThreadPool& pool, bool vnni) {
+  if (w.type == GgmlType::kF16 || w.type == GgmlType::kBF16) {
+    DCHECK_LE(m, 3);
+    if (w.type == GgmlType::kF16) {
+      MatMulFloatPrepacked512<GgmlType::kF16>(w, packed, x, m, y, pool);
+    } else {
+      MatMulFloatPrepacked512<GgmlType::kBF16>(w, packed, x, m, y, pool);
+    }
+    return;
+  }
+  if (!vnni || (w.type != GgmlType::kQ4_0 && w.type != GgmlType::kQ8_0)) {
     MatMulPrepackedAvx2(w, packed, x, m, y, pool);
     return;
   }

@@ -32,7 +32,11 @@ struct HttpServer::Impl {
       : ctx(router, metrics, api_keys, std::move(liveness)),
         work(net::make_work_guard(ioc)),
         acceptor(ioc),
-        accept_retry(ioc) {}
+        accept_retry(ioc),
+        prepare(router.config().limits.prepare_threads,
+                static_cast<size_t>(router.config().limits.max_inflight)) {
+    ctx.prepare = &prepare;
+  }
 
   void Accept() {
     acceptor.async_accept(net::make_strand(ioc), [this](boost::system::error_code ec,
@@ -70,6 +74,9 @@ struct HttpServer::Impl {
   tcp::acceptor acceptor;
   net::steady_timer accept_retry;
   std::vector<std::thread> threads;
+  // The generations' Prepare + Start, off the I/O threads. Last: joined
+  // first (running what is queued), while the strands it posts to live.
+  base::Executor prepare;
 };
 
 HttpServer::HttpServer(Router& router, base::MetricsRegistry& metrics, const ApiKeys& api_keys,

@@ -55,6 +55,55 @@ class PostingObserver : public GenerationObserver {
   std::atomic<int>& unfinished_;
 };
 
+// On the prepare executor (or the strand, without one): Router::Prepare and
+// Router::Start for one exchange, whose outcome goes to the strand. Touches
+// no member of the exchange (the strand owns them); skips the work when the
+// client left while the task waited.
+void PrepareAndStart(HttpContext& ctx, GenerationRequest gen,
+                     const std::weak_ptr<GenerationExchange>& weak, const PostFn& post) {
+  Router& router = ctx.router;
+  auto fail = [&](const absl::Status& s) {
+    post([weak, s] {
+      if (std::shared_ptr<GenerationExchange> x = weak.lock()) {
+        x->OnStartFailed(s);
+      }
+    });
+  };
+  if (!weak.expired()) {
+    absl::StatusOr<PreparedRequest> prepared = router.Prepare(gen, absl::InfiniteFuture());
+    if (!prepared.ok()) {
+      router.RecordRejected(gen.model, prepared.status());
+      fail(prepared.status());
+    } else {
+      GenerationExchange::Started started;
+      started.model = prepared->model;
+      started.deadline = prepared->deadline;
+      started.client_request_id = prepared->client_request_id;
+      started.route_pool = prepared->route_pool;
+      started.complexity_score = prepared->complexity_score;
+      ctx.unfinished_requests.fetch_add(1, std::memory_order_relaxed);  // its OnComplete
+      absl::StatusOr<std::shared_ptr<RequestHandle>> handle = router.Start(
+          *std::move(prepared), std::make_shared<PostingObserver>(weak, post, ctx.unfinished_requests));
+      if (!handle.ok()) {
+        // No OnComplete will come.
+        ctx.unfinished_requests.fetch_sub(1, std::memory_order_relaxed);
+        fail(handle.status());
+      } else {
+        started.handle = *std::move(handle);
+        post([weak, started]() mutable {
+          if (std::shared_ptr<GenerationExchange> x = weak.lock()) {
+            x->OnStarted(std::move(started));
+          } else {
+            started.handle->Cancel();  // the client left meanwhile
+          }
+        });
+      }
+    }
+  }
+  // Pairs with the server's acquire load in Stop: this task's posts happened.
+  ctx.unfinished_requests.fetch_sub(1, std::memory_order_release);
+}
+
 HttpResponse JsonResponse(int status, std::string body) {
   HttpResponse r;
   r.status = status;
@@ -211,36 +260,59 @@ std::shared_ptr<GenerationExchange> GenerationExchange::Start(HttpContext& ctx,
     parsed->gen.request_id = std::move(rid);
   }
   parsed->gen.cache_control = request.Header("Cache-Control");
-  absl::StatusOr<PreparedRequest> prepared = router.Prepare(parsed->gen, absl::InfiniteFuture());
-  if (!prepared.ok()) {
-    router.RecordRejected(parsed->gen.model, prepared.status());
-    sink.Respond(ErrorResponse(prepared.status(), retry_after));
-    return nullptr;
-  }
   auto x = std::make_shared<GenerationExchange>(ctx, sink);
+  x->endpoint_ = endpoint;
   x->request_ = *std::move(parsed);
-  x->deadline_ = prepared->deadline;
-  x->request_id_ = prepared->client_request_id;
-  x->route_pool_ = prepared->route_pool;
-  x->complexity_score_ = prepared->complexity_score;
-  const ServedModel& model = *prepared->model;
-  x->builder_ = std::make_unique<OpenAiResponseBuilder>(
-      x->request_, model,
-      absl::StrCat(endpoint == OpenAiEndpoint::kChat ? "chatcmpl-" : "cmpl-", x->request_id_),
-      absl::ToUnixSeconds(absl::Now()));
+  // The task's own posts (see HttpContext::unfinished_requests).
   ctx.unfinished_requests.fetch_add(1, std::memory_order_relaxed);
-  absl::StatusOr<std::shared_ptr<RequestHandle>> handle = router.Start(
-      *std::move(prepared),
-      std::make_shared<PostingObserver>(x, std::move(post), ctx.unfinished_requests));
-  if (!handle.ok()) {
-    // No OnComplete will come.
+  base::Executor::Task task = [&ctx, gen = x->request_.gen,
+                               weak = std::weak_ptr<GenerationExchange>(x), post]() mutable {
+    PrepareAndStart(ctx, std::move(gen), weak, post);
+  };
+  if (ctx.prepare == nullptr) {
+    std::move(task)();
+  } else if (!ctx.prepare->Post(std::move(task))) {
     ctx.unfinished_requests.fetch_sub(1, std::memory_order_relaxed);
-    sink.Respond(ErrorResponse(handle.status(), retry_after));
+    const absl::Status s = absl::ResourceExhaustedError(absl::StrCat(
+        "the router has ", ctx.prepare->max_queued(),
+        " HTTP requests waiting to be prepared (limits.max_inflight); retry later"));
+    router.RecordRejected(x->request_.gen.model, s);
+    sink.Respond(ErrorResponse(s, retry_after));
     return nullptr;
   }
-  x->handle_ = *std::move(handle);
-  x->cache_status_ = x->handle_->cache_status();
   return x;
+}
+
+void GenerationExchange::OnStarted(Started started) {
+  preparing_ = false;
+  handle_ = std::move(started.handle);
+  if (done_) {  // abandoned while preparing
+    handle_->Cancel();
+    return;
+  }
+  cache_status_ = handle_->cache_status();
+  deadline_ = started.deadline;
+  request_id_ = std::move(started.client_request_id);
+  route_pool_ = std::move(started.route_pool);
+  complexity_score_ = started.complexity_score;
+  builder_ = std::make_unique<OpenAiResponseBuilder>(
+      request_, *started.model,
+      absl::StrCat(endpoint_ == OpenAiEndpoint::kChat ? "chatcmpl-" : "cmpl-", request_id_),
+      absl::ToUnixSeconds(absl::Now()));
+  std::vector<Event> early = std::move(early_events_);
+  early_events_.clear();
+  for (Event& e : early) {
+    OnEvent(std::move(e));
+  }
+}
+
+void GenerationExchange::OnStartFailed(const absl::Status& s) {
+  preparing_ = false;
+  if (done_) {
+    return;
+  }
+  done_ = true;
+  sink_.Respond(ErrorResponse(s, ctx_.router.config().limits.retry_after));
 }
 
 void GenerationExchange::AddRequestHeaders(
@@ -259,6 +331,10 @@ void GenerationExchange::Fail(const absl::Status& s) {
 }
 
 void GenerationExchange::OnEvent(Event e) {
+  if (preparing_) {
+    early_events_.push_back(std::move(e));
+    return;
+  }
   if (done_) {
     return;
   }
@@ -324,7 +400,7 @@ void GenerationExchange::AddCacheHeader(HttpResponse& r) const {
 }
 
 void GenerationExchange::Tick(absl::Time now) {
-  if (done_) {
+  if (done_ || preparing_) {
     return;
   }
   if (streaming_ && now - last_write_ > absl::Seconds(5)) {
@@ -340,7 +416,9 @@ void GenerationExchange::Tick(absl::Time now) {
 void GenerationExchange::Abandon() {
   if (!done_) {
     done_ = true;
-    handle_->Cancel();
+    if (handle_ != nullptr) {  // else OnStarted cancels it, or nothing started
+      handle_->Cancel();
+    }
   }
 }
 

@@ -6,9 +6,14 @@
 // through a GenerationExchange that relays the router's events as they
 // arrive.
 //
-// Threads: everything here runs on the connection's strand, except the
-// GenerationObserver the exchange hands the router, which posts each event
-// to the strand (never blocks a router thread).
+// Threads: everything here runs on the connection's strand, except
+//   - a generation's preparation (Router::Prepare and Router::Start:
+//     tokenizing, the embeddings of complexity routing and the semantic
+//     cache, the cache lookup, placement), which runs on the server's
+//     prepare executor (HttpContext::prepare) and posts its outcome to the
+//     strand, so no I/O thread ever waits for an embedding;
+//   - the GenerationObserver the exchange hands the router, which posts each
+//     event to the strand (never blocks a router thread).
 
 #include <atomic>
 #include <functional>
@@ -21,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/base/executor.h"
 #include "common/base/metrics.h"
 #include "router/auth.h"
 #include "router/generation.h"
@@ -77,9 +83,14 @@ struct HttpContext {
   const ApiKeys& api_keys;  // router/auth.h; disabled: every route is open
   const std::function<absl::Status()> liveness;  // null = always live
   std::atomic<int> connections{0};
-  // Started requests whose OnComplete has not been posted yet: the server
-  // waits for 0 before it tears down the strands their observers post to.
+  // Started requests whose OnComplete has not been posted yet, and prepare
+  // tasks that have not made their last post: the server waits for 0 before
+  // it tears down the strands they post to.
   std::atomic<int> unfinished_requests{0};
+  // Runs the generations' Prepare + Start (limits.prepare_threads threads,
+  // limits.max_inflight waiting; full: 429 with Retry-After). Null: they run
+  // on the calling thread (still answering through the strand).
+  base::Executor* prepare = nullptr;
 };
 
 // One generation request (/v1/completions, /v1/chat/completions) from Start
@@ -95,9 +106,21 @@ class GenerationExchange : public std::enable_shared_from_this<GenerationExchang
     RequestSummary summary;
   };
 
-  // Parses, prepares and starts the request. When that fails, answers the
-  // error on `sink` and returns null; otherwise `sink` gets the response as
-  // the events arrive.
+  // What the prepare task hands the strand once Router::Start succeeded.
+  struct Started {
+    std::shared_ptr<RequestHandle> handle;
+    const ServedModel* model = nullptr;
+    absl::Time deadline = absl::InfiniteFuture();
+    std::string client_request_id;
+    std::string route_pool;
+    double complexity_score = 0;
+  };
+
+  // Parses the request and queues its preparation (Prepare + Start) on
+  // ctx.prepare. When parsing fails or the queue is full, answers the error
+  // on `sink` and returns null; otherwise `sink` gets the response once the
+  // preparation's outcome and the events arrive (a preparation error as a
+  // whole error response).
   // `tenant`: the API key's (router/auth.h), "" without keys.
   static std::shared_ptr<GenerationExchange> Start(HttpContext& ctx, OpenAiEndpoint endpoint,
                                                    const HttpRequest& request,
@@ -106,6 +129,11 @@ class GenerationExchange : public std::enable_shared_from_this<GenerationExchang
 
   GenerationExchange(HttpContext& ctx, ResponseSink& sink) : ctx_(ctx), sink_(sink) {}
 
+  // The preparation's outcome (strand). Events that arrived before
+  // OnStarted (a cached answer completes inside Router::Start) are replayed
+  // after it.
+  void OnStarted(Started started);
+  void OnStartFailed(const absl::Status& s);
   void OnEvent(Event e);
   // About once a second while not done: an SSE keep-alive comment after 5 s
   // without output, and a cancel 5 s past the deadline (a backstop: worker
@@ -123,6 +151,9 @@ class GenerationExchange : public std::enable_shared_from_this<GenerationExchang
 
   HttpContext& ctx_;
   ResponseSink& sink_;
+  OpenAiEndpoint endpoint_ = OpenAiEndpoint::kChat;
+  bool preparing_ = true;  // until OnStarted / OnStartFailed
+  std::vector<Event> early_events_;
   OpenAiRequest request_;
   std::unique_ptr<OpenAiResponseBuilder> builder_;
   std::shared_ptr<RequestHandle> handle_;

@@ -9,18 +9,28 @@
 //   - a prompt over limits.max_prompt_bytes is refused on both fronts;
 //   - past limits.max_connections a connection gets 503; unfinished headers
 //     time out (limits.header_timeout);
-//   - a wrong method is 405 naming the allowed one.
+//   - a wrong method is 405 naming the allowed one;
+//   - a generation is prepared (Router::Prepare + Start) on the prepare
+//     executor, never on the dispatching (I/O) thread, and a full prepare
+//     queue is 429 with Retry-After at once.
 // Each test is bounded (well under 30 s) and stops by itself.
 
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
+#include <functional>
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "common/base/executor.h"
+#include "router/internal/http_handlers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -378,6 +388,130 @@ TEST(HttpFrontTest, ClientThatLeavesDuringANonStreamingRequestCancelsIt) {
   EXPECT_TRUE(Eventually([&] { return w->cancelled() == 1; }, "the worker to see the cancel",
                          absl::Seconds(10)));
   EXPECT_TRUE(Eventually([&] { return h->router().inflight() == 0; }, "the request to end"));
+}
+
+// A ResponseSink that records what the exchange wrote (one thread: the
+// test's, standing in for the connection's strand).
+struct RecordingSink : internal::ResponseSink {
+  void Respond(internal::HttpResponse r) override { responses.push_back(std::move(r)); }
+  void StartStream(internal::HttpResponse head) override { responses.push_back(std::move(head)); }
+  void WriteChunk(std::string data) override { chunks += data; }
+  void EndStream() override { ended = true; }
+  std::vector<internal::HttpResponse> responses;
+  std::string chunks;
+  bool ended = false;
+};
+
+// Before, the HTTP front ran Router::Prepare and Router::Start (tokenizing,
+// complexity routing's and the semantic cache's embeddings) inside Dispatch,
+// on the Beast I/O thread, which stalled every connection of that thread
+// behind the embedder. Now Dispatch only parses and queues: with the prepare
+// executor's one thread held, a request gets no answer and no post, a second
+// one finds the queue (1) full and gets 429 with Retry-After at once; once
+// released, the preparation's outcome and the events arrive as posts to the
+// strand (here: this thread), an unknown model's error as well.
+TEST(HttpFrontTest, GenerationsArePreparedOnTheExecutorNotTheIoThread) {
+  auto w = Colocated({5, 6, 7}, absl::ZeroDuration());
+  auto h = Router({w->address()});
+  ASSERT_TRUE(h->WaitForLive(1));
+  absl::Mutex mu;
+  std::deque<std::function<void()>> posted;
+  const internal::PostFn post = [&](std::function<void()> fn) {
+    absl::MutexLock lock(&mu);
+    posted.push_back(std::move(fn));
+  };
+  auto run_posted = [&] {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        absl::MutexLock lock(&mu);
+        if (posted.empty()) {
+          return;
+        }
+        fn = std::move(posted.front());
+        posted.pop_front();
+      }
+      fn();
+    }
+  };
+  const ApiKeys no_keys;
+  internal::HttpContext ctx(h->router(), h->metrics(), no_keys, nullptr);
+  base::Executor prepare(1, 1);  // after ctx: joined before ctx goes
+  ctx.prepare = &prepare;
+  absl::Notification release;
+  absl::Notification held;
+  // Whatever fails below, the executor's thread is let go (else ~Executor waits).
+  absl::Cleanup let_go = [&] {
+    if (!release.HasBeenNotified()) {
+      release.Notify();
+    }
+  };
+  ASSERT_TRUE(prepare.Post([&] {
+    held.Notify();
+    release.WaitForNotification();
+  }));
+  held.WaitForNotification();  // out of the queue: the queue's one place is free
+
+  internal::HttpRequest req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = R"({"prompt":"Once","max_tokens":3,"temperature":0})";
+  RecordingSink sink;
+  std::shared_ptr<internal::GenerationExchange> x = internal::Dispatch(ctx, req, sink, post);
+  ASSERT_NE(x, nullptr);
+  EXPECT_TRUE(sink.responses.empty()) << "answered on the dispatching thread";
+
+  RecordingSink refused;
+  EXPECT_EQ(internal::Dispatch(ctx, req, refused, post), nullptr);
+  ASSERT_EQ(refused.responses.size(), 1u);
+  EXPECT_EQ(refused.responses[0].status, 429) << refused.responses[0].body;
+  EXPECT_THAT(refused.responses[0].body, HasSubstr("waiting to be prepared"));
+  bool retry_after = false;
+  for (const auto& [k, v] : refused.responses[0].headers) {
+    retry_after = retry_after || k == "Retry-After";
+  }
+  EXPECT_TRUE(retry_after);
+
+  internal::HttpRequest unknown = req;
+  unknown.body = R"({"model":"no-such-model","prompt":"Once","max_tokens":3})";
+  RecordingSink not_found;
+  absl::SleepFor(absl::Milliseconds(20));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_TRUE(posted.empty()) << "the preparation ran while its executor was held";
+  }
+  EXPECT_TRUE(sink.responses.empty());
+  release.Notify();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        run_posted();
+        return x->done();
+      },
+      "the completion, through the posts"));
+  ASSERT_EQ(sink.responses.size(), 1u);
+  EXPECT_EQ(sink.responses[0].status, 200) << sink.responses[0].body;
+  json body = json::parse(sink.responses[0].body, nullptr, false);
+  ASSERT_TRUE(body.is_object()) << sink.responses[0].body;
+  EXPECT_EQ(body["usage"]["completion_tokens"], 3) << sink.responses[0].body;
+
+  // Queue is free again: a preparation error comes back the same way.
+  std::shared_ptr<internal::GenerationExchange> y = internal::Dispatch(ctx, unknown, not_found, post);
+  ASSERT_NE(y, nullptr);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        run_posted();
+        return y->done();
+      },
+      "the unknown model's error, through the posts"));
+  ASSERT_EQ(not_found.responses.size(), 1u);
+  EXPECT_EQ(not_found.responses[0].status, 400) << not_found.responses[0].body;
+  EXPECT_THAT(not_found.responses[0].body, HasSubstr("model_not_found"));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        run_posted();
+        return ctx.unfinished_requests.load() == 0;
+      },
+      "every post made"));
 }
 
 TEST(HttpFrontTest, KeepAliveAndPipelinedRequestsAreAllAnswered) {

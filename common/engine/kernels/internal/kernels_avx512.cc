@@ -13,8 +13,12 @@
 //   F32/F16/BF16: panels converted to fp32 (k-major, 16 rows = one zmm) by the
 //         AVX2 packer, 12x16 FMA micro-kernel.
 //   Q4_1 ... Q6_K (VNNI): kernels_levels.inc with vpdpbusd, 8-row tiles.
-// Batch <= 3 float GEMVs and, without VNNI, quantized types use the AVX2
-// kernels (bandwidth-bound or no better instruction here).
+// Per-call batch <= 3 float GEMVs and, without VNNI, quantized types use the
+// AVX2 kernels (bandwidth-bound or no better instruction here).
+// Load-time repacked weights (the AVX2 layouts, WeightMatrix::Create) at
+// decode-sized batches: F16/BF16 GEMV with zmm, Q4_0/Q8_0 with 256-bit
+// vpdpbusd, the other types through the AVX2 prepacked kernels; all with
+// software prefetch (MatMulPrepackedAvx512).
 
 #include <immintrin.h>
 

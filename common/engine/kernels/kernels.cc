@@ -341,10 +341,13 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
   // the per-call panels (levels expanded to bytes once per call into L2,
   // wider tiles) win again and their packing is amortized: the same bits
   // either way.
-  // Under the AVX-512 ISAs float types leave the copy above batch 3, where
-  // the 512-bit GEMM takes over (the AVX2 one would read the borrowed data).
+  // Float types use the copy up to batch 3 under AVX2 (the GEMM above
+  // converts the borrowed data per call) and up to kGemv512MaxM under the
+  // AVX-512 ISAs (the 512-bit GEMM's bits, see MatMulPrepackedAvx512).
   const bool is_float = w.type_ == GgmlType::kF16 || w.type_ == GgmlType::kBF16;
-  const int64_t packed_max_m = isa != Isa::kAvx2 && is_float ? 3 : internal::kPrepackedMaxM;
+  const int64_t packed_max_m = !is_float          ? internal::kPrepackedMaxM
+                               : isa == Isa::kAvx2 ? 3
+                                                   : internal::kGemv512MaxM;
   if (w.packed_ != nullptr && isa == w.packed_isa_ && m <= packed_max_m) {
     if (isa == Isa::kAvx2) {
       internal::MatMulPrepackedAvx2(v, w.packed_, x, m, y, pool);

@@ -483,14 +483,16 @@ PrepackedTileFn PrepackedVnniTile(int mr) {
 
 }  // namespace
 
-// F16 / BF16 GEMV (m <= 3) on the AVX2 16-row k-major panels ([k][16]
-// halves): one zmm per k where the AVX2 kernel takes two ymm. Per lane the
-// same fp32 FMAs in k order from zero per kFloatKc chunk, each chunk's sum
-// added to y: GemvPrepacked16's bits.
+// F16 / BF16 GEMV (m <= kGemv512MaxM) on the AVX2 16-row k-major panels
+// ([k][16] halves): one zmm per k where the AVX2 kernel takes two ymm. Per
+// lane the same fp32 FMAs in k order from zero per kFloatKc chunk, each
+// chunk's sum added to y: GemvPrepacked16's bits at m <= 3 and the 512-bit
+// GEMM's (KernelF32x16 over kFloatKc panels) above, so batches up to 8 read
+// the copy once instead of converting F16 panels per call.
 template <GgmlType T, int MI>
 void GemvPrepacked512(const WeightView& w, const uint8_t* panel, int64_t r0, const float* x,
                       float* y) {
-  static_assert(MI >= 1 && MI <= 3);
+  static_assert(MI >= 1 && MI <= 8);
   const int64_t cols = w.cols;
   const int nvalid = static_cast<int>(std::min<int64_t>(kFloatPanelRows, w.rows - r0));
   const __mmask16 mask = RowMask(nvalid);
@@ -538,14 +540,20 @@ void MatMulFloatPrepacked512(const WeightView& w, const uint8_t* packed, const f
       const uint8_t* panel = packed + p * panel_bytes;
       const int64_t r0 = p * kFloatPanelRows;
       switch (m) {
-        case 1:
-          GemvPrepacked512<T, 1>(w, panel, r0, x, y);
-          break;
-        case 2:
-          GemvPrepacked512<T, 2>(w, panel, r0, x, y);
-          break;
+#define GEMV_CASE(N)                              \
+  case N:                                         \
+    GemvPrepacked512<T, N>(w, panel, r0, x, y); \
+    break;
+        GEMV_CASE(1)
+        GEMV_CASE(2)
+        GEMV_CASE(3)
+        GEMV_CASE(4)
+        GEMV_CASE(5)
+        GEMV_CASE(6)
+        GEMV_CASE(7)
+#undef GEMV_CASE
         default:
-          GemvPrepacked512<T, 3>(w, panel, r0, x, y);
+          GemvPrepacked512<T, 8>(w, panel, r0, x, y);
           break;
       }
     }
@@ -555,7 +563,7 @@ void MatMulFloatPrepacked512(const WeightView& w, const uint8_t* packed, const f
 void MatMulPrepackedAvx512(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
                            float* y, base::ThreadPool& pool, bool vnni) {
   if (w.type == GgmlType::kF16 || w.type == GgmlType::kBF16) {
-    DCHECK_LE(m, 3);
+    DCHECK_LE(m, kGemv512MaxM);
     if (w.type == GgmlType::kF16) {
       MatMulFloatPrepacked512<GgmlType::kF16>(w, packed, x, m, y, pool);
     } else {

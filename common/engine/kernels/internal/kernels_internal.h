@@ -281,9 +281,10 @@ void MatMulPrepackedAvx2(const WeightView& w, const uint8_t* packed, const float
 // Bytes of one 8-row panel of the quantized layouts (0: not such a type).
 int64_t PrepackedPanelBytesAvx2(GgmlType type, int64_t cols);
 // MatMulPrepackedAvx2 under the AVX-512 ISAs (kernels_avx512.cc): the same
-// layouts; F16 / BF16 (m <= 3 only) with 512-bit FMA, with `vnni` Q4_0 and
+// layouts; F16 / BF16 (m <= kGemv512MaxM only) with 512-bit FMA, with `vnni` Q4_0 and
 // Q8_0 with vpdpbusd (the same integer dots, the same fp32 operations per
 // lane: the same bits), the other types as MatMulPrepackedAvx2.
+inline constexpr int64_t kGemv512MaxM = 8;
 void MatMulPrepackedAvx512(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
                            float* y, base::ThreadPool& pool, bool vnni);
 

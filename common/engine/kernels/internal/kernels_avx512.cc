@@ -367,13 +367,16 @@ inline __m256i SumTree(const __m256i* s) {
   }
 }
 
-template <int MR>
-void KernelQ4PrepackedVnni(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
-                           int64_t ldy, int nvalid) {
+// Q4_0 (kQ4: 16 nibble bytes per row and block, u8 levels against s8 x,
+// minus 8 * sum(x)) or Q8_0 (32 signed bytes: |w| against sign(x, w)).
+template <int MR, bool kQ4>
+void KernelPrepackedVnni(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
+                         int64_t ldy, int nvalid) {
   static_assert(MR >= 1 && MR <= kPPVnniMr);
   constexpr int K = VnniSplit<MR>();
+  constexpr int64_t kQuantBytes = kQ4 ? 128 : 256;  // per block, 8 rows
   const int64_t nb = xa.nb;
-  const uint8_t* scales = panel + nb * 128;
+  const uint8_t* scales = panel + nb * kQuantBytes;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc[MR];
   const uint8_t* xr[MR];
@@ -382,78 +385,47 @@ void KernelQ4PrepackedVnni(const uint8_t* panel, const QuantizedActs& xa, int64_
     xr[i] = reinterpret_cast<const uint8_t*>(xa.qs) + i * cols;
   }
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* q = panel + b * 128;
+    const uint8_t* q = panel + b * kQuantBytes;
     const int64_t xo = b * kQBlock;
-    PrefetchAhead(panel, b, 128 + 2 * kPP8Rows);
+    PrefetchAhead(panel, b, kQuantBytes + 2 * kPP8Rows);
     __m256i s[MR][K];
     for (int i = 0; i < MR; ++i) {
       for (int k = 0; k < K; ++k) {
         s[i][k] = _mm256_setzero_si256();
       }
     }
+    if constexpr (kQ4) {
 #pragma GCC unroll 4
-    for (int d = 0; d < 4; ++d) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * d));
-      const __m256i wl = _mm256_and_si256(raw, m4);
-      const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-      for (int i = 0; i < MR; ++i) {
-        __m256i& sl = s[i][(2 * d) % K];
-        __m256i& sh = s[i][(2 * d + 1) % K];
-        sl = _mm256_dpbusd_epi32(sl, wl, Bcast32y(xr[i] + xo + 4 * d));
-        sh = _mm256_dpbusd_epi32(sh, wh, Bcast32y(xr[i] + xo + 16 + 4 * d));
+      for (int d = 0; d < 4; ++d) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * d));
+        const __m256i wl = _mm256_and_si256(raw, m4);
+        const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        for (int i = 0; i < MR; ++i) {
+          __m256i& sl = s[i][(2 * d) % K];
+          __m256i& sh = s[i][(2 * d + 1) % K];
+          sl = _mm256_dpbusd_epi32(sl, wl, Bcast32y(xr[i] + xo + 4 * d));
+          sh = _mm256_dpbusd_epi32(sh, wh, Bcast32y(xr[i] + xo + 16 + 4 * d));
+        }
       }
-    }
-    const __m256 dw = _mm256_cvtph_ps(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + b * 2 * kPP8Rows)));
-    for (int i = 0; i < MR; ++i) {
-      const __m256i tt =
-          _mm256_sub_epi32(SumTree<K>(s[i]), _mm256_set1_epi32(8 * xa.sum[i * nb + b]));
-      const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(tt), _mm256_set1_ps(xa.d[i * nb + b]));
-      acc[i] = _mm256_fmadd_ps(f, dw, acc[i]);
-    }
-  }
-  for (int i = 0; i < MR; ++i) {
-    StorePartial8(y + i * ldy, acc[i], nvalid);
-  }
-}
-
-template <int MR>
-void KernelQ8PrepackedVnni(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
-                           int64_t ldy, int nvalid) {
-  static_assert(MR >= 1 && MR <= kPPVnniMr);
-  constexpr int K = VnniSplit<MR>();
-  const int64_t nb = xa.nb;
-  const uint8_t* scales = panel + nb * 256;
-  __m256 acc[MR];
-  const uint8_t* xr[MR];
-  for (int i = 0; i < MR; ++i) {
-    acc[i] = _mm256_setzero_ps();
-    xr[i] = reinterpret_cast<const uint8_t*>(xa.qs) + i * cols;
-  }
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* q = panel + b * 256;
-    const int64_t xo = b * kQBlock;
-    PrefetchAhead(panel, b, 256 + 2 * kPP8Rows);
-    __m256i s[MR][K];
-    for (int i = 0; i < MR; ++i) {
-      for (int k = 0; k < K; ++k) {
-        s[i][k] = _mm256_setzero_si256();
-      }
-    }
+    } else {
 #pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) {
-      const __m256i sgn = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * g));
-      const __m256i ab = _mm256_abs_epi8(sgn);
-      for (int i = 0; i < MR; ++i) {
-        __m256i& sg = s[i][g % K];
-        sg = _mm256_dpbusd_epi32(sg, ab, _mm256_sign_epi8(Bcast32y(xr[i] + xo + 4 * g), sgn));
+      for (int g = 0; g < 8; ++g) {
+        const __m256i sgn = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * g));
+        const __m256i ab = _mm256_abs_epi8(sgn);
+        for (int i = 0; i < MR; ++i) {
+          __m256i& sg = s[i][g % K];
+          sg = _mm256_dpbusd_epi32(sg, ab, _mm256_sign_epi8(Bcast32y(xr[i] + xo + 4 * g), sgn));
+        }
       }
     }
     const __m256 dw = _mm256_cvtph_ps(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + b * 2 * kPP8Rows)));
     for (int i = 0; i < MR; ++i) {
-      const __m256 f =
-          _mm256_mul_ps(_mm256_cvtepi32_ps(SumTree<K>(s[i])), _mm256_set1_ps(xa.d[i * nb + b]));
+      __m256i t = SumTree<K>(s[i]);
+      if constexpr (kQ4) {
+        t = _mm256_sub_epi32(t, _mm256_set1_epi32(8 * xa.sum[i * nb + b]));
+      }
+      const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(xa.d[i * nb + b]));
       acc[i] = _mm256_fmadd_ps(f, dw, acc[i]);
     }
   }
@@ -467,7 +439,7 @@ PrepackedTileFn PrepackedVnniTile(int mr) {
   switch (mr) {
 #define PP_CASE(N) \
   case N:          \
-    return kQ4 ? KernelQ4PrepackedVnni<N> : KernelQ8PrepackedVnni<N>;
+    return KernelPrepackedVnni<N, kQ4>;
     PP_CASE(1)
     PP_CASE(2)
     PP_CASE(3)
@@ -477,7 +449,7 @@ PrepackedTileFn PrepackedVnniTile(int mr) {
     PP_CASE(7)
 #undef PP_CASE
     default:
-      return kQ4 ? KernelQ4PrepackedVnni<8> : KernelQ8PrepackedVnni<8>;
+      return KernelPrepackedVnni<8, kQ4>;
   }
 }
 

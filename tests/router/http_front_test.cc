@@ -434,6 +434,15 @@ TEST(HttpFrontTest, GenerationsArePreparedOnTheExecutorNotTheIoThread) {
       fn();
     }
   };
+  // Runs the posts on this thread until `done` holds (bounded).
+  auto drain_until = [&](const std::function<bool()>& done, absl::string_view what) {
+    return Eventually(
+        [&] {
+          run_posted();
+          return done();
+        },
+        what);
+  };
   const ApiKeys no_keys;
   internal::HttpContext ctx(h->router(), h->metrics(), no_keys, nullptr);
   base::Executor prepare(1, 1);  // after ctx: joined before ctx goes
@@ -482,12 +491,7 @@ TEST(HttpFrontTest, GenerationsArePreparedOnTheExecutorNotTheIoThread) {
   }
   EXPECT_TRUE(sink.responses.empty());
   release.Notify();
-  ASSERT_TRUE(Eventually(
-      [&] {
-        run_posted();
-        return x->done();
-      },
-      "the completion, through the posts"));
+  ASSERT_TRUE(drain_until([&] { return x->done(); }, "the completion, through the posts"));
   ASSERT_EQ(sink.responses.size(), 1u);
   EXPECT_EQ(sink.responses[0].status, 200) << sink.responses[0].body;
   json body = json::parse(sink.responses[0].body, nullptr, false);
@@ -497,21 +501,11 @@ TEST(HttpFrontTest, GenerationsArePreparedOnTheExecutorNotTheIoThread) {
   // Queue is free again: a preparation error comes back the same way.
   std::shared_ptr<internal::GenerationExchange> y = internal::Dispatch(ctx, unknown, not_found, post);
   ASSERT_NE(y, nullptr);
-  ASSERT_TRUE(Eventually(
-      [&] {
-        run_posted();
-        return y->done();
-      },
-      "the unknown model's error, through the posts"));
+  ASSERT_TRUE(drain_until([&] { return y->done(); }, "the unknown model's error, through the posts"));
   ASSERT_EQ(not_found.responses.size(), 1u);
   EXPECT_EQ(not_found.responses[0].status, 400) << not_found.responses[0].body;
   EXPECT_THAT(not_found.responses[0].body, HasSubstr("model_not_found"));
-  EXPECT_TRUE(Eventually(
-      [&] {
-        run_posted();
-        return ctx.unfinished_requests.load() == 0;
-      },
-      "every post made"));
+  EXPECT_TRUE(drain_until([&] { return ctx.unfinished_requests.load() == 0; }, "every post made"));
 }
 
 TEST(HttpFrontTest, KeepAliveAndPipelinedRequestsAreAllAnswered) {

@@ -10,7 +10,7 @@
 namespace tandem::decode_worker {
 namespace {
 
-tandem::v1::WorkerLoad LoadToProto(const LoadInfo& l) {
+tandem::v1::WorkerLoad LoadToProto(const LoadInfo& l, int32_t max_running) {
   tandem::v1::WorkerLoad p;
   p.set_running_requests(l.running);
   p.set_waiting_requests(l.waiting + l.reserved);
@@ -18,6 +18,7 @@ tandem::v1::WorkerLoad LoadToProto(const LoadInfo& l) {
   p.set_free_kv_blocks(l.free_blocks);
   p.set_total_kv_blocks(l.total_blocks);
   p.set_cached_kv_blocks(l.cached_blocks);
+  p.set_max_running_requests(max_running);
   return p;
 }
 
@@ -67,7 +68,7 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(const serving
   const engine::ModelConfig& mc = w->model_->config();
   tandem::v1::WorkerSnapshot snapshot = serving::MakeWorkerSnapshot(config.role, mc);
   internal::ToProto(w->engine_->layout(), snapshot.mutable_layout());
-  *snapshot.mutable_load() = LoadToProto(w->engine_->load());
+  *snapshot.mutable_load() = LoadToProto(w->engine_->load(), config.max_running);
   ASSIGN_OR_RETURN(w->server_, serving::WorkerServer::Start(config, w->service_.get(), std::move(snapshot),
                                                    w->registry_));
   const serving::WorkerServer& server = *w->server_;
@@ -82,7 +83,9 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(const serving
     w->engine_->set_block_listener(
         [control](const engine::KvBlockEvents& blocks) { control->PublishBlocks(blocks); });
   }
-  w->engine_->Start([control](const LoadInfo& l) { control->PublishLoad(LoadToProto(l)); });
+  w->engine_->Start([control, max_running = config.max_running](const LoadInfo& l) {
+    control->PublishLoad(LoadToProto(l, max_running));
+  });
   LOG(INFO) << "tandem-decode " << server.worker_id() << " role=" << serving::WorkerRoleName(config.role)
             << " serving on " << server.address() << " (port " << server.grpc_port()
             << "), metrics port " << server.metrics_port() << ", model " << mc.name << ", "

@@ -11,7 +11,7 @@
 namespace tandem::prefill_worker {
 namespace {
 
-tandem::v1::WorkerLoad LoadToProto(const PrefillLoad& l) {
+tandem::v1::WorkerLoad LoadToProto(const PrefillLoad& l, int32_t max_running) {
   tandem::v1::WorkerLoad p;
   p.set_running_requests(l.running);
   p.set_waiting_requests(l.waiting);
@@ -19,6 +19,7 @@ tandem::v1::WorkerLoad LoadToProto(const PrefillLoad& l) {
   p.set_free_kv_blocks(l.free_blocks);
   p.set_total_kv_blocks(l.total_blocks);
   p.set_cached_kv_blocks(l.cached_blocks);
+  p.set_max_running_requests(max_running);
   return p;
 }
 
@@ -70,7 +71,7 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(const servi
   pl->set_block_size(layout.block_size);
   pl->set_dtype(std::string(engine::GgmlTypeName(layout.dtype)));
   pl->set_model_id(layout.model_id);
-  *snapshot.mutable_load() = LoadToProto(w->engine_->load());
+  *snapshot.mutable_load() = LoadToProto(w->engine_->load(), config.max_running);
   ASSIGN_OR_RETURN(w->server_, serving::WorkerServer::Start(config, w->service_.get(), std::move(snapshot),
                                                    w->registry_));
   const serving::WorkerServer& server = *w->server_;
@@ -80,7 +81,9 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(const servi
   w->server_->health().AddLoop(&w->engine_->heartbeat());
   w->engine_->set_block_listener(
       [control](const engine::KvBlockEvents& blocks) { control->PublishBlocks(blocks); });
-  w->engine_->Start([control](const PrefillLoad& l) { control->PublishLoad(LoadToProto(l)); });
+  w->engine_->Start([control, max_running = config.max_running](const PrefillLoad& l) {
+    control->PublishLoad(LoadToProto(l, max_running));
+  });
   LOG(INFO) << "tandem-prefill " << server.worker_id() << " serving on " << server.address()
             << " (port " << server.grpc_port() << "), metrics port " << server.metrics_port()
             << ", model " << mc.name << ", " << w->engine_->engine().num_blocks()

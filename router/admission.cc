@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <queue>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -96,6 +98,7 @@ PrefillQueue PrefillQueueFor(const RegistrySnapshot& snapshot, absl::string_view
   PrefillQueue prefill;
   PrefillQueue colocated;
   bool decode_live = false;
+  bool slots_unknown = false;
   for (const WorkerInfo& w : snapshot.workers) {
     if (w.desc.model != worker_model || !snapshot.IsLive(w, now)) {
       continue;
@@ -120,12 +123,43 @@ PrefillQueue PrefillQueueFor(const RegistrySnapshot& snapshot, absl::string_view
     const int64_t queued = w.desc.load.queued_prefill_tokens;
     q->min_queued_tokens = q->workers == 0 ? queued : std::min(q->min_queued_tokens, queued);
     ++q->workers;
+    if (q == &colocated) {
+      const int32_t slots = w.desc.load.max_running_requests;
+      slots_unknown = slots_unknown || slots <= 0;
+      colocated.slots += std::max(0, slots);
+    }
   }
   const bool pair = prefill.workers > 0 && decode_live;
   if (mode == RoutingMode::kDisaggregated || (mode == RoutingMode::kAuto && pair)) {
     return prefill;
   }
+  if (slots_unknown) {
+    colocated.slots = 0;
+  }
   return colocated;
+}
+
+absl::Duration SlotWait(int32_t slots, std::vector<absl::Duration> running_left,
+                        const std::vector<absl::Duration>& queued_hold) {
+  if (slots <= 0) {
+    return absl::ZeroDuration();
+  }
+  // Free times of the slots, earliest on top. More running than slots (a
+  // report that lags): the first ones to finish free no usable slot.
+  std::priority_queue<absl::Duration, std::vector<absl::Duration>, std::greater<>> free(
+      std::greater<>(), std::move(running_left));
+  for (size_t i = free.size(); i < static_cast<size_t>(slots); ++i) {
+    free.push(absl::ZeroDuration());
+  }
+  while (free.size() > static_cast<size_t>(slots)) {
+    free.pop();
+  }
+  for (absl::Duration hold : queued_hold) {
+    const absl::Duration at = std::max(free.top(), absl::ZeroDuration());
+    free.pop();
+    free.push(at + hold);
+  }
+  return std::max(free.top(), absl::ZeroDuration());
 }
 
 TtftEstimate EstimateTtft(const TtftInputs& in) {
@@ -134,8 +168,17 @@ TtftEstimate EstimateTtft(const TtftInputs& in) {
   TtftEstimate e;
   e.tokens_ahead = std::max(in.workers.min_queued_tokens, in.router_queued_tokens / workers);
   e.calibration = in.calibration;
-  e.ttft = SecondsSat(in.calibration * static_cast<double>(e.tokens_ahead + in.own_tokens) /
-                      per_worker_rate);
+  e.slot_wait = in.slot_wait;
+  const double queue_s = static_cast<double>(e.tokens_ahead + in.own_tokens) / per_worker_rate;
+  // A free slot (no wait): the queue part alone decides.
+  const double slot_s = in.slot_wait > absl::ZeroDuration()
+                            ? absl::ToDoubleSeconds(in.slot_wait) +
+                                  static_cast<double>(in.own_tokens) / per_worker_rate
+                            : 0.0;
+  e.ttft = SecondsSat(std::max(in.calibration * queue_s, slot_s));
+  if (in.calibration * queue_s >= slot_s) {
+    e.queue_part = SecondsSat(queue_s);
+  }
   return e;
 }
 
@@ -217,7 +260,8 @@ AdmissionDecision DecideAdmission(const AdmissionConfig& config, const Admission
         "; retry after ", Secs(d.retry_after));
     return d;
   }
-  const bool queue_empty = in.queued_requests == 0 && in.estimate.tokens_ahead == 0;
+  const bool queue_empty = in.queued_requests == 0 && in.estimate.tokens_ahead == 0 &&
+                           in.estimate.slot_wait == absl::ZeroDuration();
   if (queue_empty) {
     return d;  // nothing ahead: see the file comment
   }
@@ -253,10 +297,17 @@ AdmissionDecision DecideAdmission(const AdmissionConfig& config, const Admission
                             in.estimate.calibration, in.calibration_samples,
                             kMinCalibrationSamples)
           : absl::StrFormat("x%.2f calibrated", in.estimate.calibration);
+  const std::string slot =
+      in.estimate.slot_wait > absl::ZeroDuration()
+          ? absl::StrFormat("; every one of %d running slots taken, the first free in %s at "
+                            "%.1f ms per output token measured",
+                            in.slots, Secs(in.estimate.slot_wait),
+                            absl::ToDoubleMilliseconds(in.tpot))
+          : std::string();
   const std::string why = absl::StrFormat(
       "estimated time to first token %s (%d prompt tokens queued ahead on the best worker at "
-      "%.0f tokens/s measured, %s)",
-      Secs(est), in.estimate.tokens_ahead, rate, calibrated);
+      "%.0f tokens/s measured%s, %s)",
+      Secs(est), in.estimate.tokens_ahead, rate, slot, calibrated);
   if (config.max_ttft > absl::ZeroDuration() && est > config.max_ttft) {
     d.reason = AdmissionReason::kTtftOverSlo;
     d.retry_after = est - config.max_ttft;
@@ -321,7 +372,16 @@ AdmissionDecision AdmissionController::Admit(const Request& r, const PrefillQueu
   in.queued_tokens = q.tokens;
   in.own_tokens = own;
   in.rate = q.meter.rate();
-  in.estimate = EstimateTtft({q.tokens, workers, own, in.rate, q.calibration});
+  const DecodeModel decode = DecodeModelOf(q);
+  absl::Duration slot_wait = absl::ZeroDuration();
+  if (workers.slots > 0 && decode.tpot > absl::ZeroDuration()) {
+    const double per_worker_rate =
+        std::max(in.rate, 1e-9) / static_cast<double>(std::max(1, workers.workers));
+    slot_wait = SlotWaitLocked(r.model, decode, workers.slots, per_worker_rate, now);
+    in.slots = workers.slots;
+    in.tpot = decode.tpot;
+  }
+  in.estimate = EstimateTtft({q.tokens, workers, own, in.rate, q.calibration, slot_wait});
   in.calibration_samples = static_cast<int32_t>(q.ratios.size());
   in.time_left = r.deadline == absl::InfiniteFuture() ? absl::InfiniteDuration() : r.deadline - now;
   AdmissionDecision d = DecideAdmission(config_, in);
@@ -337,14 +397,67 @@ AdmissionDecision AdmissionController::Admit(const Request& r, const PrefillQueu
   q.tokens += own;
   ++q.version;
   q.peak_requests = std::max(q.peak_requests, q.requests);
-  tickets_[r.ticket] =
-      Ticket{r.model, own, now, in.estimate.ttft / std::max(in.estimate.calibration, 1e-9)};
+  Ticket& t = tickets_[r.ticket];
+  t = Ticket{r.model, own, now, in.estimate.queue_part};
+  t.max_tokens = r.max_tokens;
+  t.n = n;
   return d;
+}
+
+absl::Duration AdmissionController::DecodeModel::Decode(int32_t max_tokens) const {
+  int32_t tokens = max_tokens > 0 ? max_tokens : length;
+  if (length > 0) {
+    tokens = std::min(tokens, length);
+  }
+  return std::max(0, tokens - 1) * tpot;
+}
+
+AdmissionController::DecodeModel AdmissionController::DecodeModelOf(const Queue& q) {
+  DecodeModel m;
+  if (q.tpots.empty()) {
+    return m;
+  }
+  double sum = 0;
+  for (double t : q.tpots) {
+    sum += t;
+  }
+  m.tpot = absl::Seconds(sum / static_cast<double>(q.tpots.size()));
+  std::vector<int32_t> lengths = q.lengths;
+  const size_t k =
+      static_cast<size_t>(kDecodeLengthQuantile * static_cast<double>(lengths.size() - 1));
+  std::nth_element(lengths.begin(), lengths.begin() + static_cast<std::ptrdiff_t>(k),
+                   lengths.end());
+  m.length = std::max(1, lengths[k]);
+  return m;
+}
+
+absl::Duration AdmissionController::SlotWaitLocked(const std::string& model, const DecodeModel& m,
+                                                   int32_t slots, double per_worker_rate,
+                                                   absl::Time now) const {
+  std::vector<absl::Duration> running_left;
+  std::vector<absl::Duration> queued_hold;
+  // tickets_ is ordered by ticket, i.e. in admission order.
+  for (const auto& [id, t] : tickets_) {
+    if (t.model != model) {
+      continue;
+    }
+    const absl::Duration decode = m.Decode(t.max_tokens);
+    if (t.queued) {
+      const double prompt = static_cast<double>(t.tokens) / std::max(1, t.n);
+      const absl::Duration hold = absl::Seconds(prompt / per_worker_rate) + decode;
+      queued_hold.insert(queued_hold.end(), static_cast<size_t>(t.n), hold);
+    } else {
+      // Overdue (a longer decode than modelled): about to finish.
+      const absl::Duration left = std::max(decode - (now - t.first_token_at), m.tpot);
+      running_left.insert(running_left.end(), static_cast<size_t>(t.n), left);
+    }
+  }
+  return SlotWait(slots, std::move(running_left), queued_hold);
 }
 
 void AdmissionController::LeaveLocked(uint64_t ticket, absl::Time now, bool first_token) {
   auto it = tickets_.find(ticket);
-  if (it == tickets_.end()) {
+  if (it == tickets_.end() || !it->second.queued) {
     return;
   }
   Queue& q = QueueLocked(it->second.model);
@@ -372,7 +485,11 @@ void AdmissionController::LeaveLocked(uint64_t ticket, absl::Time now, bool firs
   --q.requests;
   q.tokens -= it->second.tokens;
   ++q.version;
-  tickets_.erase(it);
+  it->second.queued = false;
+  if (first_token) {
+    it->second.first_token_at = now;
+    q.running += it->second.n;
+  }
 }
 
 void AdmissionController::FirstToken(uint64_t ticket, absl::Time now) {
@@ -380,9 +497,29 @@ void AdmissionController::FirstToken(uint64_t ticket, absl::Time now) {
   LeaveLocked(ticket, now, /*first_token=*/true);
 }
 
-void AdmissionController::Finished(uint64_t ticket, absl::Time now) {
+void AdmissionController::Finished(uint64_t ticket, absl::Time now, int32_t completion_tokens,
+                                   absl::Duration tpot) {
   absl::MutexLock lock(&mu_);
   LeaveLocked(ticket, now, /*first_token=*/false);
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end()) {
+    return;
+  }
+  Queue& q = QueueLocked(it->second.model);
+  if (it->second.first_token_at != absl::InfiniteFuture()) {
+    q.running -= it->second.n;
+  }
+  if (completion_tokens >= 2 && tpot > absl::ZeroDuration()) {
+    if (static_cast<int>(q.tpots.size()) < kDecodeSamples) {
+      q.tpots.push_back(absl::ToDoubleSeconds(tpot));
+      q.lengths.push_back(completion_tokens);
+    } else {
+      q.tpots[q.next_decode] = absl::ToDoubleSeconds(tpot);
+      q.lengths[q.next_decode] = completion_tokens;
+    }
+    q.next_decode = (q.next_decode + 1) % kDecodeSamples;
+  }
+  tickets_.erase(it);
 }
 
 AdmissionController::QueueState AdmissionController::queue(const std::string& model) const {
@@ -398,6 +535,8 @@ AdmissionController::QueueState AdmissionController::queue(const std::string& mo
     s.calibration_samples = static_cast<int32_t>(it->second.ratios.size());
     s.version = it->second.version;
     s.peak_requests = it->second.peak_requests;
+    s.running = it->second.running;
+    s.tpot = DecodeModelOf(it->second).tpot;
   }
   return s;
 }

@@ -13,13 +13,16 @@
 //     token has not arrived), bounded by admission.max_queued_requests and
 //     max_queued_tokens. Retry-After: the time the queue needs to drain the
 //     excess at the measured rate;
-//  3. the time to first token the request would see (EstimateTtft): over
-//     admission.max_ttft (the SLO) or over the time left to the request's
-//     deadline, it is refused at once instead of timing out later.
-//     Retry-After: the excess over the limit (the queue ahead shrinks by that
-//     much in that time).
+//  3. the time to first token the request would see (EstimateTtft): the
+//     prompt tokens queued ahead at the measured rate or, on colocated
+//     workers whose running batches are full, the wait for a running slot
+//     (SlotWait), whichever is longer; over admission.max_ttft (the SLO) or
+//     over the time left to the request's deadline, it is refused at once
+//     instead of timing out later. Retry-After: the excess over the limit
+//     (the queue ahead shrinks by that much in that time).
 // With nothing queued ahead of a request (the router's queue for its model
-// and every worker's reported prefill queue empty) checks 2 and 3 admit it:
+// and every worker's reported prefill queue empty, and a running slot free)
+// checks 2 and 3 admit it:
 // the request then waits for nothing but its own prefill, which a later try
 // could not shorten, and a refusal would starve the throughput measurement
 // that could prove the estimate wrong.
@@ -103,9 +106,25 @@ class ThroughputMeter {
 struct PrefillQueue {
   int32_t workers = 0;
   int64_t min_queued_tokens = 0;  // reported queued prefill tokens
+  // Colocated workers only: their running slots together (max_running each,
+  // as reported). A colocated worker's running batch holds a request from
+  // its prefill on, so while every slot is taken by a decode a new request
+  // waits for one to finish before its prefill starts. 0 when any of them
+  // does not report its slots, or when requests go to prefill workers (their
+  // first token does not wait for a decode slot).
+  int32_t slots = 0;
 };
 PrefillQueue PrefillQueueFor(const RegistrySnapshot& snapshot, absl::string_view worker_model,
                              RoutingMode mode, absl::Time now);
+
+// When the first running slot is free for a request that joins behind
+// `queued_hold` (in admission order, one entry per choice: how long each
+// will hold its slot once it has one, prefill and decode), on `slots` slots
+// held now by sequences that free theirs after `running_left` (one entry per
+// running choice). Each queued choice takes the slot free first. Zero when
+// a slot is free for it at once; zero for slots <= 0 (unknown).
+absl::Duration SlotWait(int32_t slots, std::vector<absl::Duration> running_left,
+                        const std::vector<absl::Duration>& queued_hold);
 
 struct TtftInputs {
   int64_t router_queued_tokens = 0;  // this router's queue for the model
@@ -113,16 +132,26 @@ struct TtftInputs {
   int64_t own_tokens = 0;  // the request's prompt tokens (all choices)
   double rate = 1;         // measured, tokens/s for the whole model
   double calibration = 1;  // CalibrationFactor
+  absl::Duration slot_wait = absl::ZeroDuration();  // SlotWait (uncalibrated)
 };
 struct TtftEstimate {
   absl::Duration ttft = absl::ZeroDuration();
   int64_t tokens_ahead = 0;  // on the best worker
   double calibration = 1;
+  absl::Duration slot_wait = absl::ZeroDuration();  // as given (for messages)
+  // (ahead + own) / r uncalibrated when it decided the estimate (the slot
+  // part was not longer); zero otherwise. What calibration learns from.
+  absl::Duration queue_part = absl::ZeroDuration();
 };
-// ttft = calibration x (ahead + own) / (rate / workers), ahead = max(the best
-// worker's reported queue, the router's queue / workers): the router's own
-// queue is the freshest view (spread evenly, as the picker balances it), a
-// worker's report also counts other routers' requests. No worker: as one.
+// ttft = max(calibration x (ahead + own) / r, slot_wait + own / r), with
+// r = rate / workers and ahead = max(the best worker's reported queue, the
+// router's queue / workers): the router's own queue is the freshest view
+// (spread evenly, as the picker balances it), a worker's report also counts
+// other routers' requests. No worker: as one. The calibration corrects the
+// throughput estimate only: the slot wait is a model of the running batch
+// from measured decode times (its prefill term, at the first-token rate, is
+// pessimistic), and a factor learnt from the queue part, often under 1,
+// would shorten it.
 TtftEstimate EstimateTtft(const TtftInputs& in);
 
 // The estimate's measured error: of recent admitted requests whose estimate
@@ -181,6 +210,10 @@ struct AdmissionInputs {
   // Calibration samples behind estimate.calibration: under
   // kMinCalibrationSamples it is the cold-start margin (messages say so).
   int32_t calibration_samples = kMinCalibrationSamples;
+  // Behind estimate.slot_wait (for messages): the slots and the measured
+  // time per output token.
+  int32_t slots = 0;
+  absl::Duration tpot = absl::ZeroDuration();
   absl::Duration time_left = absl::InfiniteDuration();  // to the request's deadline
 };
 
@@ -222,10 +255,25 @@ class AdmissionController {
   // tenant's buckets and queues it on its model until FirstToken / Finished.
   AdmissionDecision Admit(const Request& request, const PrefillQueue& workers, absl::Time now);
   // The request's first token arrived: it leaves the queue and its prompt
-  // counts as throughput. No-op for an unknown or already-left ticket.
+  // counts as throughput; it now holds running slots (one per choice) until
+  // Finished. No-op for an unknown or already-left ticket.
   void FirstToken(uint64_t ticket, absl::Time now);
-  // The request ended: it leaves the queue if still there (no throughput).
-  void Finished(uint64_t ticket, absl::Time now);
+  // The request ended: it leaves the queue if still there (no throughput)
+  // and frees its slots. `completion_tokens` (per choice) and `tpot` (its
+  // mean time per output token after the first; zero: none) feed the decode
+  // model of SlotWait.
+  void Finished(uint64_t ticket, absl::Time now, int32_t completion_tokens = 0,
+                absl::Duration tpot = absl::ZeroDuration());
+
+  // SlotWait's decode model: of the most recent kDecodeSamples finished
+  // requests, the mean time per output token and the kDecodeLengthQuantile
+  // of their completion lengths. A running choice is expected to hold its
+  // slot for (min(max_tokens, that length) - 1) x that time after its first
+  // token (one time per token at least, once it is overdue); until a request
+  // with two or more tokens has finished, no slot wait is estimated (the
+  // cold-start margin covers that phase).
+  static constexpr int kDecodeSamples = 64;
+  static constexpr double kDecodeLengthQuantile = 0.9;
 
   struct QueueState {
     int32_t requests = 0;
@@ -237,6 +285,8 @@ class AdmissionController {
     // the larger version is the newer (metrics drop a stale one).
     uint64_t version = 0;
     int32_t peak_requests = 0;  // the most it held since start
+    int32_t running = 0;        // admitted choices past their first token
+    absl::Duration tpot = absl::ZeroDuration();  // measured; zero: none yet
   };
   QueueState queue(const std::string& model) const;
   // Tenants with buckets (bounded by the API keys' tenants, plus anonymous).
@@ -261,13 +311,35 @@ class AdmissionController {
     std::vector<double> ratios;
     size_t next_ratio = 0;
     double calibration = kColdMargin;  // CalibrationFactor({})
+    // The decode model (kDecodeSamples most recent finished requests).
+    std::vector<double> tpots;       // seconds per output token
+    std::vector<int32_t> lengths;    // completion tokens per choice
+    size_t next_decode = 0;
+    int32_t running = 0;             // choices past their first token
   };
   struct Ticket {
     std::string model;
     int64_t tokens = 0;
     absl::Time admitted_at;
     absl::Duration estimate;  // uncalibrated
+    int32_t max_tokens = 0;
+    int32_t n = 1;
+    bool queued = true;  // false from its first token on (it holds slots)
+    absl::Time first_token_at = absl::InfiniteFuture();
   };
+  // The time per output token and decode length SlotWait assumes (zero
+  // tpot: not measured yet).
+  struct DecodeModel {
+    absl::Duration tpot = absl::ZeroDuration();
+    int32_t length = 0;  // 0: max_tokens
+    absl::Duration Decode(int32_t max_tokens) const;
+  };
+  static DecodeModel DecodeModelOf(const Queue& q);
+  // SlotWait for a request of `prompt_tokens` per choice arriving at `now`
+  // on `model`'s queue, given the slots and per-worker rate.
+  absl::Duration SlotWaitLocked(const std::string& model, const DecodeModel& m, int32_t slots,
+                                double per_worker_rate, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Buckets& BucketsLocked(const std::string& tenant, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

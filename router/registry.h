@@ -34,6 +34,7 @@ struct WorkerLoadInfo {
   int32_t free_kv_blocks = 0;
   int32_t total_kv_blocks = 0;
   int32_t cached_kv_blocks = 0;
+  int32_t max_running_requests = 0;  // running slots; 0 = not reported
 };
 
 // What a worker says about itself at the start of its Watch stream.

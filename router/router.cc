@@ -369,7 +369,9 @@ void Router::RunFinished(uint64_t run_id, const absl::Status& status,
       absl::ToDoubleSeconds(s.queue), absl::ToDoubleSeconds(s.ttft), absl::ToDoubleSeconds(tpot),
       absl::ToDoubleSeconds(s.prefill), absl::ToDoubleSeconds(s.kv_transfer), e2e,
       status.ok() ? "" : absl::StrCat(" error=\"", absl::CHexEscape(status.message()), "\""));
-  admission_.Finished(run_id, clock_.Now());
+  // The decode model of admission's slot wait: tokens per choice.
+  const int32_t choices = std::max<int32_t>(1, static_cast<int32_t>(s.choices.size()));
+  admission_.Finished(run_id, clock_.Now(), s.completion_tokens / choices, tpot);
   ReportAdmissionQueue(s.model);
   absl::MutexLock lock(&mu_);
   runs_.erase(run_id);

@@ -38,6 +38,7 @@ WorkerLoadInfo FromProto(const tandem::v1::WorkerLoad& l) {
   out.free_kv_blocks = l.free_kv_blocks();
   out.total_kv_blocks = l.total_kv_blocks();
   out.cached_kv_blocks = l.cached_kv_blocks();
+  out.max_running_requests = l.max_running_requests();
   return out;
 }
 

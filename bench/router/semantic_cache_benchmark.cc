@@ -15,9 +15,12 @@
 //
 //   build/bin/semantic_cache_benchmark --benchmark_min_time=2
 //   TANDEM_EMBEDDING_PRECISION=bf16 build/bin/semantic_cache_benchmark --benchmark_min_time=2
+//   TANDEM_EMBEDDING_THREADS=2 build/bin/semantic_cache_benchmark --benchmark_min_time=2
 //
-// TANDEM_EMBEDDING_PRECISION sets the router's embedding.precision (f32
-// when unset).
+// TANDEM_EMBEDDING_PRECISION and TANDEM_EMBEDDING_THREADS set the router's
+// embedding.precision and embedding.threads (the config's defaults when
+// unset). With more than one thread the CPU columns add up every thread's
+// time: compare real time.
 //
 // Needs the models from scripts/fetch_models.sh --minilm and ../shared's
 // stories260K (the served model whose tokenizer Prepare runs).
@@ -77,6 +80,9 @@ Setup* Build() {
   EmbeddingConfig ec;
   ec.model = "all-minilm-l6-v2";
   if (const char* p = std::getenv("TANDEM_EMBEDDING_PRECISION"); p != nullptr) ec.precision = p;
+  if (const char* t = std::getenv("TANDEM_EMBEDDING_THREADS"); t != nullptr) {
+    ec.threads = std::atoi(t);
+  }
   absl::StatusOr<std::unique_ptr<Embedder>> embedder = Embedder::Load(ec);
   if (!embedder.ok()) {
     s->error = std::string(embedder.status().message());

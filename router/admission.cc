@@ -175,9 +175,13 @@ TtftEstimate EstimateTtft(const TtftInputs& in) {
                             ? absl::ToDoubleSeconds(in.slot_wait) +
                                   static_cast<double>(in.own_tokens) / per_worker_rate
                             : 0.0;
-  e.ttft = SecondsSat(std::max(in.calibration * queue_s, slot_s));
-  if (in.calibration * queue_s >= slot_s) {
+  const double queue_cal = in.calibration * queue_s;
+  const double slot_cal = in.slot_calibration * slot_s;
+  e.ttft = SecondsSat(std::max(queue_cal, slot_cal));
+  if (queue_cal >= slot_cal) {
     e.queue_part = SecondsSat(queue_s);
+  } else {
+    e.slot_part = SecondsSat(slot_s);
   }
   return e;
 }
@@ -188,7 +192,7 @@ double ColdMargin(int samples) {
   return kColdMargin - (kColdMargin - 1) * confidence;
 }
 
-double CalibrationFactor(std::vector<double> ratios) {
+double CalibrationFactor(std::vector<double> ratios, bool cold_margin) {
   const int samples = static_cast<int>(ratios.size());
   if (samples >= kMinCalibrationSamples) {
     const size_t k =
@@ -199,7 +203,8 @@ double CalibrationFactor(std::vector<double> ratios) {
   // Too few to trust a quantile: never below 1 (a faster cluster than assumed
   // is not yet proven) nor below what was seen.
   const double seen = ratios.empty() ? 0 : *std::max_element(ratios.begin(), ratios.end());
-  return std::clamp(std::max(ColdMargin(samples), seen), 1.0, kMaxCalibration);
+  return std::clamp(std::max(cold_margin ? ColdMargin(samples) : 1.0, seen), 1.0,
+                    kMaxCalibration);
 }
 
 // --- The decision ---------------------------------------------------------------
@@ -300,14 +305,15 @@ AdmissionDecision DecideAdmission(const AdmissionConfig& config, const Admission
   const std::string slot =
       in.estimate.slot_wait > absl::ZeroDuration()
           ? absl::StrFormat("; every one of %d running slots taken, the first free in %s at "
-                            "%.1f ms per output token measured",
+                            "%.1f ms per output token measured, x%.2f",
                             in.slots, Secs(in.estimate.slot_wait),
-                            absl::ToDoubleMilliseconds(in.tpot))
+                            absl::ToDoubleMilliseconds(in.tpot), in.slot_calibration)
           : std::string();
   const std::string why = absl::StrFormat(
       "estimated time to first token %s (%d prompt tokens queued ahead on the best worker at "
       "%.0f tokens/s measured%s, %s)",
       Secs(est), in.estimate.tokens_ahead, rate, slot, calibrated);
+  d.explanation = why;
   if (config.max_ttft > absl::ZeroDuration() && est > config.max_ttft) {
     d.reason = AdmissionReason::kTtftOverSlo;
     d.retry_after = est - config.max_ttft;
@@ -380,8 +386,21 @@ AdmissionDecision AdmissionController::Admit(const Request& r, const PrefillQueu
     slot_wait = SlotWaitLocked(r.model, decode, workers.slots, per_worker_rate, now);
     in.slots = workers.slots;
     in.tpot = decode.tpot;
+    in.slot_calibration = q.slot_calibration;
   }
-  in.estimate = EstimateTtft({q.tokens, workers, own, in.rate, q.calibration, slot_wait});
+  // The picked workers' own factors, once each has enough samples; the
+  // model's otherwise (and never under it: a worker's few fast samples must
+  // not shorten what the pool learnt).
+  double calibration = q.calibration;
+  for (const std::string& w : r.workers) {
+    auto it = worker_calibration_.find({r.model, w});
+    if (it != worker_calibration_.end() &&
+        static_cast<int>(it->second.ratios.size()) >= kMinCalibrationSamples) {
+      calibration = std::max(calibration, it->second.factor);
+    }
+  }
+  in.estimate =
+      EstimateTtft({q.tokens, workers, own, in.rate, calibration, slot_wait, q.slot_calibration});
   in.calibration_samples = static_cast<int32_t>(q.ratios.size());
   in.time_left = r.deadline == absl::InfiniteFuture() ? absl::InfiniteDuration() : r.deadline - now;
   AdmissionDecision d = DecideAdmission(config_, in);
@@ -398,9 +417,10 @@ AdmissionDecision AdmissionController::Admit(const Request& r, const PrefillQueu
   ++q.version;
   q.peak_requests = std::max(q.peak_requests, q.requests);
   Ticket& t = tickets_[r.ticket];
-  t = Ticket{r.model, own, now, in.estimate.queue_part};
+  t = Ticket{r.model, own, now, in.estimate.queue_part, in.estimate.slot_part};
   t.max_tokens = r.max_tokens;
   t.n = n;
+  t.workers = r.workers;
   return d;
 }
 
@@ -470,16 +490,31 @@ void AdmissionController::LeaveLocked(uint64_t ticket, absl::Time now, bool firs
     const absl::Duration floor = config_.max_ttft > absl::ZeroDuration()
                                      ? kCalibrationFloor * config_.max_ttft
                                      : absl::Milliseconds(100);
-    const absl::Duration estimate = it->second.estimate;
-    if (estimate >= floor && estimate > absl::ZeroDuration()) {
-      const double ratio = absl::FDivDuration(now - it->second.admitted_at, estimate);
-      if (static_cast<int>(q.ratios.size()) < kCalibrationSamples) {
-        q.ratios.push_back(ratio);
-      } else {
-        q.ratios[q.next_ratio] = ratio;
+    // The part that decided the estimate learns how far off it was.
+    const absl::Duration actual = now - it->second.admitted_at;
+    auto learn = [&](absl::Duration estimate, std::vector<double>& ratios, size_t& next) {
+      if (estimate < floor || estimate <= absl::ZeroDuration()) {
+        return false;
       }
-      q.next_ratio = (q.next_ratio + 1) % kCalibrationSamples;
+      const double ratio = absl::FDivDuration(actual, estimate);
+      if (static_cast<int>(ratios.size()) < kCalibrationSamples) {
+        ratios.push_back(ratio);
+      } else {
+        ratios[next] = ratio;
+      }
+      next = (next + 1) % kCalibrationSamples;
+      return true;
+    };
+    if (learn(it->second.estimate, q.ratios, q.next_ratio)) {
       q.calibration = CalibrationFactor(q.ratios);
+      for (const std::string& w : it->second.workers) {
+        WorkerCalibration& wc = worker_calibration_[{it->second.model, w}];
+        learn(it->second.estimate, wc.ratios, wc.next);
+        wc.factor = CalibrationFactor(wc.ratios);
+      }
+    }
+    if (learn(it->second.slot_estimate, q.slot_ratios, q.next_slot_ratio)) {
+      q.slot_calibration = CalibrationFactor(q.slot_ratios, /*cold_margin=*/false);
     }
   }
   --q.requests;
@@ -537,6 +572,8 @@ AdmissionController::QueueState AdmissionController::queue(const std::string& mo
     s.peak_requests = it->second.peak_requests;
     s.running = it->second.running;
     s.tpot = DecodeModelOf(it->second).tpot;
+    s.slot_calibration = it->second.slot_calibration;
+    s.slot_calibration_samples = static_cast<int32_t>(it->second.slot_ratios.size());
   }
   return s;
 }

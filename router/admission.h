@@ -105,7 +105,9 @@ class ThroughputMeter {
 // PickRoute chooses) and the prefill queue of the least loaded one.
 struct PrefillQueue {
   int32_t workers = 0;
-  int64_t min_queued_tokens = 0;  // reported queued prefill tokens
+  // Reported queued prefill tokens of the least loaded one (the Router
+  // raises it to the queue of the worker it picked).
+  int64_t min_queued_tokens = 0;
   // Colocated workers only: their running slots together (max_running each,
   // as reported). A colocated worker's running batch holds a request from
   // its prefill on, so while every slot is taken by a decode a new request
@@ -133,25 +135,28 @@ struct TtftInputs {
   double rate = 1;         // measured, tokens/s for the whole model
   double calibration = 1;  // CalibrationFactor
   absl::Duration slot_wait = absl::ZeroDuration();  // SlotWait (uncalibrated)
+  double slot_calibration = 1;  // CalibrationFactor(..., /*cold_margin=*/false)
 };
 struct TtftEstimate {
   absl::Duration ttft = absl::ZeroDuration();
   int64_t tokens_ahead = 0;  // on the best worker
   double calibration = 1;
   absl::Duration slot_wait = absl::ZeroDuration();  // as given (for messages)
-  // (ahead + own) / r uncalibrated when it decided the estimate (the slot
-  // part was not longer); zero otherwise. What calibration learns from.
+  // The part that decided the estimate, uncalibrated (the other is zero):
+  // what each part's calibration learns from.
   absl::Duration queue_part = absl::ZeroDuration();
+  absl::Duration slot_part = absl::ZeroDuration();
 };
-// ttft = max(calibration x (ahead + own) / r, slot_wait + own / r), with
-// r = rate / workers and ahead = max(the best worker's reported queue, the
-// router's queue / workers): the router's own queue is the freshest view
-// (spread evenly, as the picker balances it), a worker's report also counts
-// other routers' requests. No worker: as one. The calibration corrects the
-// throughput estimate only: the slot wait is a model of the running batch
-// from measured decode times (its prefill term, at the first-token rate, is
-// pessimistic), and a factor learnt from the queue part, often under 1,
-// would shorten it.
+// ttft = max(calibration x (ahead + own) / r,
+//            slot_calibration x (slot_wait + own / r)),
+// the second only when slot_wait > 0, with r = rate / workers and ahead =
+// max(the best worker's reported queue, the router's queue / workers): the
+// router's own queue is the freshest view (spread evenly, as the picker
+// balances it), a worker's report also counts other routers' requests. No
+// worker: as one. Each part has its own calibration, learnt from the
+// requests it decided: the throughput estimate and the running-batch model
+// err in different ways (the first is often pessimistic at partial load,
+// its factor under 1, which must not shorten a slot wait).
 TtftEstimate EstimateTtft(const TtftInputs& in);
 
 // The estimate's measured error: of recent admitted requests whose estimate
@@ -160,7 +165,10 @@ TtftEstimate EstimateTtft(const TtftInputs& in);
 // [kMinCalibration, kMaxCalibration]. Multiplying by it makes the estimate an
 // upper bound for that share of requests, whatever the rate measurement
 // misses (a load change within the rate window, CPU contention, per-request
-// overheads).
+// overheads). The 99th percentile: the SLO is a p99 (at 0.95, 3 % of the
+// admitted requests of a quiet run at twice the capacity, all near the SLO,
+// missed it by up to 8 %: docs/benchmarks.md, "Admission control at twice
+// the capacity").
 //
 // Cold start: with fewer than kMinCalibrationSamples ratios the quantile is
 // not yet trusted and the factor is the larger of ColdMargin (kColdMargin
@@ -171,17 +179,23 @@ TtftEstimate EstimateTtft(const TtftInputs& in);
 // than a warm one; without the margin a burst on a cold cluster is admitted
 // up to the SLO on that guess alone and overshoots it (docs/benchmarks.md,
 // "Admission control at twice the capacity": TTFT 3.3-3.8 s under a 2 s SLO).
-inline constexpr double kCalibrationQuantile = 0.95;
+inline constexpr double kCalibrationQuantile = 0.99;
 inline constexpr double kCalibrationFloor = 0.25;
 inline constexpr int kMinCalibrationSamples = 16;
-inline constexpr int kCalibrationSamples = 128;  // the most recent ones kept
+// The most recent ones kept: enough that the 99th percentile has a few
+// samples above it (with 128 it was the third largest, and quiet runs at
+// twice the capacity still saw 1-2 % of admitted requests over the SLO).
+inline constexpr int kCalibrationSamples = 512;
 inline constexpr double kMinCalibration = 0.5;
 inline constexpr double kMaxCalibration = 4;
 inline constexpr double kColdMargin = 2;
 // kColdMargin with no sample, 1 from kMinCalibrationSamples on, linear in
 // between.
 double ColdMargin(int samples);
-double CalibrationFactor(std::vector<double> ratios);
+// cold_margin false (the slot wait's factor): under kMinCalibrationSamples
+// the factor is the largest ratio seen, at least 1, without the margin (the
+// slot wait is estimated only once decodes have been measured).
+double CalibrationFactor(std::vector<double> ratios, bool cold_margin = true);
 
 enum class AdmissionReason {
   kAdmitted,
@@ -214,6 +228,7 @@ struct AdmissionInputs {
   // time per output token.
   int32_t slots = 0;
   absl::Duration tpot = absl::ZeroDuration();
+  double slot_calibration = 1;
   absl::Duration time_left = absl::InfiniteDuration();  // to the request's deadline
 };
 
@@ -224,6 +239,9 @@ struct AdmissionDecision {
   absl::Duration retry_after = absl::ZeroDuration();
   absl::Duration estimated_ttft = absl::ZeroDuration();
   std::string message;  // names the limit; empty when admitted
+  // What the estimate was made of (for logs), whether admitted or not;
+  // empty when no estimate was needed (nothing ahead, a tenant limit).
+  std::string explanation;
 
   bool admitted() const { return reason == AdmissionReason::kAdmitted; }
   // OK when admitted; RESOURCE_EXHAUSTED with the message and the
@@ -250,6 +268,12 @@ class AdmissionController {
     int32_t max_tokens = 0;
     int32_t n = 1;
     absl::Time deadline = absl::InfiniteFuture();
+    // The worker(s) picked for it (the prefill or colocated one of each
+    // choice; empty: not known). Each worker's estimates are calibrated by
+    // their own error too: workers of one pool run at different speeds (one
+    // shares its core with the router), and a pool-wide factor leaves the
+    // slower one's requests over the SLO.
+    std::vector<std::string> workers;
   };
   // Decides at `now`; when admitted, takes the request's cost from its
   // tenant's buckets and queues it on its model until FirstToken / Finished.
@@ -287,6 +311,8 @@ class AdmissionController {
     int32_t peak_requests = 0;  // the most it held since start
     int32_t running = 0;        // admitted choices past their first token
     absl::Duration tpot = absl::ZeroDuration();  // measured; zero: none yet
+    double slot_calibration = 1;  // the slot wait's factor
+    int32_t slot_calibration_samples = 0;
   };
   QueueState queue(const std::string& model) const;
   // Tenants with buckets (bounded by the API keys' tenants, plus anonymous).
@@ -311,6 +337,10 @@ class AdmissionController {
     std::vector<double> ratios;
     size_t next_ratio = 0;
     double calibration = kColdMargin;  // CalibrationFactor({})
+    // The same for estimates the slot wait decided.
+    std::vector<double> slot_ratios;
+    size_t next_slot_ratio = 0;
+    double slot_calibration = 1;
     // The decode model (kDecodeSamples most recent finished requests).
     std::vector<double> tpots;       // seconds per output token
     std::vector<int32_t> lengths;    // completion tokens per choice
@@ -321,9 +351,11 @@ class AdmissionController {
     std::string model;
     int64_t tokens = 0;
     absl::Time admitted_at;
-    absl::Duration estimate;  // uncalibrated
+    absl::Duration estimate;  // uncalibrated: TtftEstimate::queue_part
+    absl::Duration slot_estimate = absl::ZeroDuration();  // TtftEstimate::slot_part
     int32_t max_tokens = 0;
     int32_t n = 1;
+    std::vector<std::string> workers;  // Request::workers
     bool queued = true;  // false from its first token on (it holds slots)
     absl::Time first_token_at = absl::InfiniteFuture();
   };
@@ -348,8 +380,19 @@ class AdmissionController {
   void LeaveLocked(uint64_t ticket, absl::Time now, bool first_token)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // One worker's calibration (of the queue part) on one model.
+  struct WorkerCalibration {
+    std::vector<double> ratios;
+    size_t next = 0;
+    double factor = 1;
+  };
+
   const AdmissionConfig config_;
   mutable absl::Mutex mu_;
+  // (model, worker) -> its calibration. Bounded by the workers seen; a
+  // worker gone keeps its entry (small) until the router restarts.
+  std::map<std::pair<std::string, std::string>, WorkerCalibration> worker_calibration_
+      ABSL_GUARDED_BY(mu_);
   std::map<std::string, Buckets> buckets_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Queue> queues_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Ticket> tickets_ ABSL_GUARDED_BY(mu_);

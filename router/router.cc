@@ -267,13 +267,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Router::Start(
 
   std::shared_ptr<const RegistrySnapshot> snapshot = snapshots_();
   const absl::Time now = clock_.Now();
-  if (absl::Status s = Admit(id, request, *snapshot, now); !s.ok()) {
-    metrics_.rejected->Increment();
-    inflight_.fetch_sub(1, std::memory_order_relaxed);
-    metrics_.inflight->Set(inflight_.load(std::memory_order_relaxed));
-    RecordRejected(model, s);
-    return s;
-  }
+  // The routes first: admission estimates the wait on the workers picked.
   std::vector<RouteDecision> routes;
   PickRequest pr;
   pr.model = request.model->worker_model_id();
@@ -287,8 +281,6 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Router::Start(
   for (int32_t i = 0; i < request.n; ++i) {
     absl::StatusOr<RouteDecision> r = PickRoute(*snapshot, pr, now);
     if (!r.ok()) {
-      admission_.Finished(id, now);
-      ReportAdmissionQueue(model);
       inflight_.fetch_sub(1, std::memory_order_relaxed);
       metrics_.inflight->Set(inflight_.load(std::memory_order_relaxed));
       metrics_.CountRoute(model, "none");
@@ -310,6 +302,13 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Router::Start(
       p.prompt_tokens += pr.prompt_tokens;
     }
     routes.push_back(*r);
+  }
+  if (absl::Status s = Admit(id, request, *snapshot, routes, now); !s.ok()) {
+    metrics_.rejected->Increment();
+    inflight_.fetch_sub(1, std::memory_order_relaxed);
+    metrics_.inflight->Set(inflight_.load(std::memory_order_relaxed));
+    RecordRejected(model, s);
+    return s;
   }
 
   auto run = std::make_shared<RequestRun>(*this, id, std::move(request), std::move(observer), now);
@@ -384,7 +383,8 @@ std::string Router::AdmissionTenant(const PreparedRequest& request) const {
 }
 
 absl::Status Router::Admit(uint64_t id, const PreparedRequest& request,
-                           const RegistrySnapshot& snapshot, absl::Time now) {
+                           const RegistrySnapshot& snapshot,
+                           const std::vector<RouteDecision>& routes, absl::Time now) {
   AdmissionController::Request r;
   r.ticket = id;
   r.tenant = AdmissionTenant(request);
@@ -393,14 +393,31 @@ absl::Status Router::Admit(uint64_t id, const PreparedRequest& request,
   r.max_tokens = request.max_tokens;
   r.n = request.n;
   r.deadline = request.deadline;
-  const AdmissionDecision d = admission_.Admit(
-      r, PrefillQueueFor(snapshot, request.model->worker_model_id(), config_.mode, now), now);
+  PrefillQueue workers = PrefillQueueFor(snapshot, request.model->worker_model_id(), config_.mode, now);
+  // The queue ahead is the one on the worker(s) picked, not the shortest:
+  // the picker weighs KV space and running requests, not only queued
+  // prefill, so it may pick another.
+  if (!routes.empty()) {
+    int64_t picked = 0;
+    for (const RouteDecision& route : routes) {
+      const WorkerInfo* w = route.colocated ? route.decode : route.prefill;
+      if (w != nullptr) {
+        picked = std::max(picked, w->desc.load.queued_prefill_tokens);
+        r.workers.push_back(w->address);
+      }
+    }
+    workers.min_queued_tokens = std::max(workers.min_queued_tokens, picked);
+  }
+  const AdmissionDecision d = admission_.Admit(r, workers, now);
   if (!d.admitted()) {
     metrics_.CountAdmissionRejection(AdmissionReasonName(d.reason), r.tenant);
     VLOG(1) << "admission: request_id=" << request.request_id << " tenant=" << r.tenant
             << " refused: " << d.message;
     return d.ToStatus();
   }
+  VLOG(1) << "admission: request_id=" << request.request_id << " tenant=" << r.tenant
+          << " admitted: "
+          << (d.explanation.empty() ? "nothing queued ahead" : d.explanation);
   metrics_.ObserveAdmittedEstimate(r.model, d.estimated_ttft, config_.admission.max_ttft);
   ReportAdmissionQueue(r.model);
   return absl::OkStatus();

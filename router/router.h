@@ -152,10 +152,11 @@ class Router {
                                                 absl::Time client_deadline) const;
   // RequestRun: the run's first token arrived (it leaves the admission queue).
   void FirstToken(uint64_t run_id, const std::string& model);
-  // Admission control for run `id` (router/admission.h): OK, or the refusal
-  // (counted). Admitted requests are queued until FirstToken / RunFinished.
+  // Admission control for run `id` (router/admission.h) on the `routes`
+  // picked for it: OK, or the refusal (counted). Admitted requests are
+  // queued until FirstToken / RunFinished.
   absl::Status Admit(uint64_t id, const PreparedRequest& request, const RegistrySnapshot& snapshot,
-                     absl::Time now);
+                     const std::vector<RouteDecision>& routes, absl::Time now);
   std::string AdmissionTenant(const PreparedRequest& request) const;
   // The admission queue's gauges for `model`.
   void ReportAdmissionQueue(const std::string& model);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/base/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -222,15 +223,23 @@ TEST(EstimateTtftTest, QueueAheadOverThePerWorkerRate) {
   EXPECT_NEAR(absl::ToDoubleSeconds(e.ttft), 3.1, 1e-6);
   EXPECT_EQ(e.slot_wait, absl::Seconds(3));
   EXPECT_EQ(e.queue_part, absl::ZeroDuration());  // calibration learns nothing from it
+  EXPECT_TRUE(Near(e.slot_part, absl::Milliseconds(3100)));  // the slot's calibration does
+  // The slot wait has its own factor.
+  e = EstimateTtft({900, {1, 0}, 100, 1000, 0.5, absl::Seconds(3), 1.5});
+  EXPECT_NEAR(absl::ToDoubleSeconds(e.ttft), 1.5 * 3.1, 1e-6);
+  // Without a slot wait the slot part is nothing, whatever its factor.
+  e = EstimateTtft({0, {1, 0}, 100, 1000, 0.5, absl::ZeroDuration(), 4});
+  EXPECT_NEAR(absl::ToDoubleSeconds(e.ttft), 0.05, 1e-6);
+  EXPECT_TRUE(Near(e.queue_part, absl::Milliseconds(100)));
 }
 
 TEST(CalibrationFactorTest, AHighQuantileOfActualOverEstimatedClamped) {
-  // 1.00, 1.01, ..., 1.99: the 95th percentile (rank 94 of 0..99) is 1.94.
+  // 1.00, 1.01, ..., 1.99: the 99th percentile (rank 98 of 0..99) is 1.98.
   std::vector<double> ratios;
   for (int i = 99; i >= 0; --i) {
     ratios.push_back(1 + i / 100.0);
   }
-  EXPECT_NEAR(CalibrationFactor(ratios), 1.94, 1e-12);
+  EXPECT_NEAR(CalibrationFactor(ratios), 1.98, 1e-12);
   EXPECT_EQ(CalibrationFactor(std::vector<double>(20, 0.1)), kMinCalibration);
   EXPECT_EQ(CalibrationFactor(std::vector<double>(20, 50.0)), kMaxCalibration);
   // The estimate scales with it.
@@ -636,7 +645,7 @@ int Burst(SimulatedCluster& cluster, int n) {
   return admitted;
 }
 
-TEST(AdmissionControllerTest, ColdBurstIsRefusedWhereACalibratedControllerWouldRefuseIt) {
+TEST(AdmissionControllerTest, ColdBurstIsAdmittedOnlyAsFarAsTheMarginAllows) {
   const AdmissionConfig c = ColdStartConfig();
   // Trusting the configured rate alone (the estimate uncalibrated) would
   // admit a burst until (k x 128 / 2 + 128) / 250 tokens/s passes 2 s: six
@@ -666,8 +675,10 @@ TEST(AdmissionControllerTest, ColdBurstIsRefusedWhereACalibratedControllerWouldR
   }
 
   // Calibrated: the same cluster after a steady stream at 80 % of what it
-  // serves, then idle. The same burst: what the cold controller refused,
-  // this one refuses too.
+  // serves, then idle. The same burst: it too admits less than trusting the
+  // rate would (how much less depends on the rate it measured: at partial
+  // load the first-token rate is under the capacity, so either controller
+  // may be the stricter; not compared).
   AdmissionController warm(c);
   base::SimulatedClock warm_clock;
   SimulatedCluster warm_cluster(warm, warm_clock, kColdWorkers, kColdPerWorkerRate);
@@ -681,9 +692,9 @@ TEST(AdmissionControllerTest, ColdBurstIsRefusedWhereACalibratedControllerWouldR
   const size_t before = warm_cluster.ttfts().size();
   const int warm_admitted = Burst(warm_cluster, 10);
   warm_cluster.Drain();
-  EXPECT_LE(cold_admitted, warm_admitted);
+  EXPECT_LT(cold_admitted, trusting);
   EXPECT_LT(warm_admitted, trusting);
-  // Not asserted: the calibrated estimate bounds 95 % of near-SLO requests
+  // Not asserted: the calibrated estimate bounds 99 % of near-SLO requests
   // in the regime it was learnt in (a steady stream), not a burst after idle.
   absl::Duration warm_max = absl::ZeroDuration();
   for (size_t i = before; i < warm_cluster.ttfts().size(); ++i) {
@@ -694,6 +705,57 @@ TEST(AdmissionControllerTest, ColdBurstIsRefusedWhereACalibratedControllerWouldR
       "slowest first token %s), trusting the configured rate %d\n",
       cold_admitted, warm_admitted, warm.queue("m").rate, warm.queue("m").calibration,
       absl::FormatDuration(warm_max).c_str(), trusting);
+}
+
+TEST(AdmissionControllerTest, AWorkerSlowerThanThePoolRaisesOnlyItsOwnEstimates) {
+  AdmissionConfig c;
+  c.max_ttft = absl::Seconds(4);
+  c.initial_prefill_rate = 100;
+  AdmissionController ac(c);
+  base::SimulatedClock clock;
+  // One request at a time (so the measured rate stays where the estimates
+  // put it), 100 tokens: mostly on "fast", first token exactly at the
+  // estimate; one in 256 on "slow" at 1.6 x (a worker the picker seldom
+  // chooses). The pool's 99th percentile stays at the fast one's ratio (at
+  // most two slow ones among its last kCalibrationSamples); the slow
+  // worker's own factor is what covers its requests.
+  uint64_t ticket = 0;
+  for (int i = 0; i < 20 * kCalibrationSamples; ++i) {
+    const bool slow = i % 256 == 0;
+    AdmissionController::Request r = Req(++ticket, "", 100, 1);
+    r.workers = {slow ? "slow" : "fast"};
+    const double rate = ac.queue("m").rate;
+    ASSERT_TRUE(ac.Admit(r, {1, 0}, clock.Now()).admitted());
+    clock.AdvanceTime(absl::Seconds((slow ? 1.6 : 1.0) * 100 / rate));
+    ac.FirstToken(ticket, clock.Now());
+    ac.Finished(ticket, clock.Now());
+    clock.AdvanceTime(absl::Seconds(1));  // idle: not busy time
+  }
+  const double pool = ac.queue("m").calibration;
+  EXPECT_NEAR(pool, 1.0, 1e-6);
+  // A request queued ahead, so the next ones' estimates count; then one on
+  // each worker.
+  ASSERT_TRUE(ac.Admit(Req(++ticket, "", 100, 1), {1, 0}, clock.Now()).admitted());
+  AdmissionController::Request on_slow = Req(++ticket, "", 100, 1);
+  on_slow.workers = {"slow"};
+  AdmissionController::Request on_fast = Req(++ticket, "", 100, 1);
+  on_fast.workers = {"fast"};
+  auto expected_s = [&](double factor) {
+    const AdmissionController::QueueState q = ac.queue("m");
+    return factor * static_cast<double>(q.tokens + 100) / q.rate;
+  };
+  const double want_slow = expected_s(1.6);
+  const AdmissionDecision slow = ac.Admit(on_slow, {1, 0}, clock.Now());
+  const double want_fast = expected_s(1.0);
+  const AdmissionDecision fast = ac.Admit(on_fast, {1, 0}, clock.Now());
+  EXPECT_THAT(slow.explanation, HasSubstr("x1.60 calibrated"));
+  EXPECT_THAT(fast.explanation, HasSubstr("x1.00 calibrated"));
+  EXPECT_NEAR(absl::ToDoubleSeconds(slow.estimated_ttft), want_slow, 1e-6);
+  EXPECT_NEAR(absl::ToDoubleSeconds(fast.estimated_ttft), want_fast, 1e-6);
+  // A worker with too few samples of its own: the pool's factor.
+  AdmissionController::Request on_new = Req(++ticket, "", 100, 1);
+  on_new.workers = {"new"};
+  EXPECT_THAT(ac.Admit(on_new, {1, 0}, clock.Now()).explanation, HasSubstr("x1.00 calibrated"));
 }
 
 TEST(AdmissionControllerTest, MarginShrinksAsEstimatesProveRight) {

@@ -82,7 +82,7 @@
 //     threads: 1                    # encoder threads
 //     max_seq_tokens: 256           # longer texts are cut (sentence-transformers' limit)
 //     max_batch: 32                 # texts per encoder call (concurrent callers batch)
-//     precision: f32                # f32 | bf16 (AVX512-BF16 CPUs; F32 elsewhere)
+//     precision: bf16               # bf16 (AVX512-BF16 CPUs; F32 elsewhere) | f32
 //   semantic_cache:                 # response cache (router/semantic_cache.h)
 //     enabled: false
 //     capacity: 10000               # entries over both tiers; LRU eviction
@@ -227,10 +227,11 @@ struct EmbeddingConfig {
   int32_t threads = 1;           // encoder threads
   int32_t max_seq_tokens = 256;  // [CLS] ... [SEP] included; longer texts are cut
   int32_t max_batch = 32;        // texts per encoder call
-  // "f32" (default) or "bf16": the encoder's matmuls in BF16 with FP32 sums
-  // (engine::EncoderPrecision; AVX512-BF16 CPUs, F32 elsewhere), ~1.5x faster
-  // at cosine 1 - 3e-5 to F32.
-  std::string precision = "f32";
+  // "bf16" (default) or "f32": the encoder's matmuls in BF16 with FP32 sums
+  // (engine::EncoderPrecision) on CPUs with AVX512-BF16, ~1.5-2x faster at
+  // cosine 1 - 3e-5 to F32 (the labelled pairs' false-hit rate unchanged:
+  // docs/benchmarks.md); F32 on every other CPU, or with "f32".
+  std::string precision = "bf16";
 };
 
 // The response cache (router/semantic_cache.h). The vector tier needs

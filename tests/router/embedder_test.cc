@@ -34,12 +34,14 @@ std::vector<std::string> Texts() {
           "Summarize the plot of Hamlet in two sentences."};
 }
 
-// The encoder run directly on our tokenizer's ids, one text per call.
-std::vector<std::vector<float>> Direct(const std::vector<std::string>& texts) {
+// The encoder run directly on our tokenizer's ids, one text per call, at
+// `precision` (the embedder's).
+std::vector<std::vector<float>> Direct(const std::vector<std::string>& texts,
+                                       engine::EncoderPrecision precision) {
   const std::string path = *engine::ResolveModelPath(kModel);
   auto file = engine::GgufFile::Open(path);
   auto tokenizer = engine::Tokenizer::FromGguf(**file);
-  auto encoder = engine::Encoder::Load(path);
+  auto encoder = engine::Encoder::Load(path, /*num_threads=*/1, precision);
   std::vector<std::vector<float>> out;
   for (const std::string& t : texts) {
     auto ids = (*tokenizer)->Encode(t, /*add_bos=*/true, /*parse_special=*/false);
@@ -56,7 +58,7 @@ TEST(EmbedderTest, BatchesWholeCallersAndKeepsTheEncodersBits) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Embedder> embedder, Embedder::Load(config));
   EXPECT_EQ(embedder->dim(), 384);
   const std::vector<std::string> texts = Texts();
-  const std::vector<std::vector<float>> want = Direct(texts);
+  const std::vector<std::vector<float>> want = Direct(texts, embedder->precision());
 
   ASSERT_OK_AND_ASSIGN(std::vector<Embedding> all, embedder->EmbedAll(texts));
   ASSERT_EQ(all.size(), texts.size());

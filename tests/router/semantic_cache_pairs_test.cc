@@ -9,8 +9,9 @@
 //    answer is a false hit.
 // Fails when the false-hit rate at the default threshold
 // (SemanticCacheConfig::threshold, what deploy/local uses) is over 2 %, or
-// the paraphrase hit rate falls under the floor below; with the default
-// embedding.precision and again with bf16 (skipped without AVX512-BF16).
+// the paraphrase hit rate falls under the floor below; with
+// embedding.precision f32 and again with bf16 (the default; skipped without
+// AVX512-BF16).
 // Prints the rates per kind for a sweep of thresholds, with and without the
 // guard (cosine alone), for docs/benchmarks.md.
 
@@ -106,7 +107,7 @@ std::string Row(float tau, const char* what, const std::map<std::string, Counts>
 
 class SemanticCachePairsTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { Load(EmbeddingConfig().precision); }
+  static void SetUpTestSuite() { Load("f32"); }
 
   // Embeds every pair's texts with embedding.precision `precision`; when the
   // encoder cannot run it (bf16 without AVX512-BF16), embeds nothing and

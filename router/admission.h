@@ -273,7 +273,7 @@ class AdmissionController {
     // their own error too: workers of one pool run at different speeds (one
     // shares its core with the router), and a pool-wide factor leaves the
     // slower one's requests over the SLO.
-    std::vector<std::string> workers;
+    std::vector<std::string> workers = {};
   };
   // Decides at `now`; when admitted, takes the request's cost from its
   // tenant's buckets and queues it on its model until FirstToken / Finished.
@@ -355,7 +355,7 @@ class AdmissionController {
     absl::Duration slot_estimate = absl::ZeroDuration();  // TtftEstimate::slot_part
     int32_t max_tokens = 0;
     int32_t n = 1;
-    std::vector<std::string> workers;  // Request::workers
+    std::vector<std::string> workers = {};  // Request::workers
     bool queued = true;  // false from its first token on (it holds slots)
     absl::Time first_token_at = absl::InfiniteFuture();
   };

@@ -378,7 +378,7 @@ AdmissionDecision AdmissionController::Admit(const Request& r, const PrefillQueu
   in.queued_tokens = q.tokens;
   in.own_tokens = own;
   in.rate = q.meter.rate();
-  const DecodeModel decode = DecodeModelOf(q);
+  const DecodeModel& decode = q.decode;
   absl::Duration slot_wait = absl::ZeroDuration();
   if (workers.slots > 0 && decode.tpot > absl::ZeroDuration()) {
     const double per_worker_rate =
@@ -432,23 +432,21 @@ absl::Duration AdmissionController::DecodeModel::Decode(int32_t max_tokens) cons
   return std::max(0, tokens - 1) * tpot;
 }
 
-AdmissionController::DecodeModel AdmissionController::DecodeModelOf(const Queue& q) {
-  DecodeModel m;
-  if (q.tpots.empty()) {
-    return m;
+void AdmissionController::Queue::UpdateDecodeModel() {
+  if (tpots.empty()) {
+    decode = DecodeModel();
+    return;
   }
   double sum = 0;
-  for (double t : q.tpots) {
+  for (double t : tpots) {
     sum += t;
   }
-  m.tpot = absl::Seconds(sum / static_cast<double>(q.tpots.size()));
-  std::vector<int32_t> lengths = q.lengths;
+  decode.tpot = absl::Seconds(sum / static_cast<double>(tpots.size()));
+  std::vector<int32_t> sorted = lengths;
   const size_t k =
-      static_cast<size_t>(kDecodeLengthQuantile * static_cast<double>(lengths.size() - 1));
-  std::nth_element(lengths.begin(), lengths.begin() + static_cast<std::ptrdiff_t>(k),
-                   lengths.end());
-  m.length = std::max(1, lengths[k]);
-  return m;
+      static_cast<size_t>(kDecodeLengthQuantile * static_cast<double>(sorted.size() - 1));
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end());
+  decode.length = std::max(1, sorted[k]);
 }
 
 absl::Duration AdmissionController::SlotWaitLocked(const std::string& model, const DecodeModel& m,
@@ -553,6 +551,7 @@ void AdmissionController::Finished(uint64_t ticket, absl::Time now, int32_t comp
       q.lengths[q.next_decode] = completion_tokens;
     }
     q.next_decode = (q.next_decode + 1) % kDecodeSamples;
+    q.UpdateDecodeModel();
   }
   tickets_.erase(it);
 }
@@ -571,7 +570,7 @@ AdmissionController::QueueState AdmissionController::queue(const std::string& mo
     s.version = it->second.version;
     s.peak_requests = it->second.peak_requests;
     s.running = it->second.running;
-    s.tpot = DecodeModelOf(it->second).tpot;
+    s.tpot = it->second.decode.tpot;
     s.slot_calibration = it->second.slot_calibration;
     s.slot_calibration_samples = static_cast<int32_t>(it->second.slot_ratios.size());
   }

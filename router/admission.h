@@ -324,6 +324,13 @@ class AdmissionController {
     TokenBucket requests;
     TokenBucket tokens;
   };
+  // The time per output token and decode length SlotWait assumes (zero
+  // tpot: not measured yet).
+  struct DecodeModel {
+    absl::Duration tpot = absl::ZeroDuration();
+    int32_t length = 0;  // 0: max_tokens
+    absl::Duration Decode(int32_t max_tokens) const;
+  };
   struct Queue {
     explicit Queue(const AdmissionConfig& c) : meter(c.initial_prefill_rate, c.rate_window) {}
     int32_t requests = 0;
@@ -345,7 +352,10 @@ class AdmissionController {
     std::vector<double> tpots;       // seconds per output token
     std::vector<int32_t> lengths;    // completion tokens per choice
     size_t next_decode = 0;
+    DecodeModel decode;              // of tpots and lengths, kept as they change
     int32_t running = 0;             // choices past their first token
+    // Recomputes `decode` from the samples (on each finished request).
+    void UpdateDecodeModel();
   };
   struct Ticket {
     std::string model;
@@ -359,14 +369,6 @@ class AdmissionController {
     bool queued = true;  // false from its first token on (it holds slots)
     absl::Time first_token_at = absl::InfiniteFuture();
   };
-  // The time per output token and decode length SlotWait assumes (zero
-  // tpot: not measured yet).
-  struct DecodeModel {
-    absl::Duration tpot = absl::ZeroDuration();
-    int32_t length = 0;  // 0: max_tokens
-    absl::Duration Decode(int32_t max_tokens) const;
-  };
-  static DecodeModel DecodeModelOf(const Queue& q);
   // SlotWait for a request of `prompt_tokens` per choice arriving at `now`
   // on `model`'s queue, given the slots and per-worker rate.
   absl::Duration SlotWaitLocked(const std::string& model, const DecodeModel& m, int32_t slots,

@@ -414,6 +414,15 @@ AdmissionController::Request Req(uint64_t ticket, const std::string& tenant, int
   return AdmissionController::Request{ticket, tenant, "m", prompt, max_tokens};
 }
 
+// An SLO of `max_ttft` and a router assuming 100 prompt tokens/s until it
+// measures.
+AdmissionConfig AssumingSlowPrefill(absl::Duration max_ttft) {
+  AdmissionConfig c;
+  c.max_ttft = max_ttft;
+  c.initial_prefill_rate = 100;
+  return c;
+}
+
 TEST(AdmissionControllerTest, OneTenantsEmptyBucketNeitherTouchesAnotherNorIsChargedForRefusals) {
   AdmissionConfig c;
   c.defaults.requests_per_second = 1;
@@ -532,10 +541,7 @@ TEST(AdmissionControllerTest, QueueGrowsUntilFirstTokensAndTheMeasuredRateDrives
 }
 
 TEST(AdmissionControllerTest, LearnsHowFarOffItsEstimatesAreNearTheSlo) {
-  AdmissionConfig c;
-  c.max_ttft = absl::Seconds(1);
-  c.initial_prefill_rate = 100;
-  AdmissionController ac(c);
+  AdmissionController ac(AssumingSlowPrefill(absl::Seconds(1)));
   base::SimulatedClock clock;
   // One request at a time, each first token 1 s after admission: the
   // estimate (own tokens / the rate measured so far) starts at 0.5 s for 50
@@ -569,56 +575,82 @@ TEST(AdmissionControllerTest, LearnsHowFarOffItsEstimatesAreNearTheSlo) {
   EXPECT_NEAR(absl::ToDoubleSeconds(d.estimated_ttft), q.calibration * 50 / q.rate, 1e-9);
 }
 
-// A cluster on simulated time for a controller to admit into: `workers`
-// workers, each prefilling one prompt at a time in arrival order at
-// `per_worker_rate` tokens/s, a new request going to the one free first (as
-// the picker balances load). It reports each first token to the controller
-// at its time, as the router does. Its rate is what the router does not know
-// in advance: a fresh cluster slower than admission.initial_prefill_rate.
+// A cluster on simulated time for a controller to admit into. Its rate is
+// what the router does not know in advance (e.g. a fresh cluster slower
+// than admission.initial_prefill_rate). Colocated workers whose running
+// batches bound what they serve: `slots` running slots in all (max_running of each worker, added
+// up). A request takes the slot free first (in admission order), prefills
+// `prompt / per_worker_rate` and then decodes `output` tokens at `tpot` each,
+// holding its slot until its last token. First tokens and ends are reported
+// to the controller at their times, as the router does (Finished with the
+// completion length and the time per output token). `report_slots` says
+// whether the workers report max_running (WorkerLoad.max_running_requests).
 class SimulatedCluster {
  public:
+  SimulatedCluster(AdmissionController& ac, base::SimulatedClock& clock, int workers, int slots,
+                   double per_worker_rate, absl::Duration tpot, bool report_slots)
+      : ac_(ac),
+        clock_(clock),
+        workers_(workers),
+        rate_(per_worker_rate),
+        tpot_(tpot),
+        report_slots_(report_slots),
+        free_at_(static_cast<size_t>(slots), clock.Now()) {}
+  // Prefill only: each worker prefills one prompt at a time, in arrival
+  // order, and the request ends at its first token.
   SimulatedCluster(AdmissionController& ac, base::SimulatedClock& clock, int workers,
                    double per_worker_rate)
-      : ac_(ac), clock_(clock), rate_(per_worker_rate), free_at_(workers, clock.Now()) {}
+      : SimulatedCluster(ac, clock, workers, workers, per_worker_rate, absl::ZeroDuration(),
+                         /*report_slots=*/false) {}
 
-  // Offers a request of `prompt_tokens` now; when admitted, its first token
-  // comes when its worker has prefilled it.
-  AdmissionDecision Offer(int64_t prompt_tokens) {
+  AdmissionDecision Offer(int64_t prompt_tokens, int32_t output_tokens = 1) {
     const uint64_t ticket = ++next_ticket_;
-    const AdmissionDecision d = ac_.Admit(Req(ticket, "", prompt_tokens, 1),
-                                          {static_cast<int32_t>(free_at_.size()), 0}, clock_.Now());
+    const PrefillQueue q{workers_, 0, report_slots_ ? static_cast<int32_t>(free_at_.size()) : 0};
+    const AdmissionDecision d =
+        ac_.Admit(Req(ticket, "", prompt_tokens, output_tokens), q, clock_.Now());
     if (d.admitted()) {
-      absl::Time& free = *std::min_element(free_at_.begin(), free_at_.end());
-      free =
-          std::max(free, clock_.Now()) + absl::Seconds(static_cast<double>(prompt_tokens) / rate_);
-      due_.emplace(free, std::make_pair(ticket, clock_.Now()));
+      absl::Time& slot = *std::min_element(free_at_.begin(), free_at_.end());
+      const absl::Time first = std::max(slot, clock_.Now()) +
+                               absl::Seconds(static_cast<double>(prompt_tokens) / rate_);
+      slot = first + (output_tokens - 1) * tpot_;
+      events_.emplace(first, Event{ticket, clock_.Now(), 0});
+      events_.emplace(slot, Event{ticket, clock_.Now(), output_tokens});
     }
     return d;
   }
-  // Advances the clock to `t`, reporting the first tokens due by then in
-  // their order.
   void RunUntil(absl::Time t) {
-    while (!due_.empty() && due_.begin()->first <= t) {
-      auto [at, request] = *due_.begin();
-      due_.erase(due_.begin());
+    while (!events_.empty() && events_.begin()->first <= t) {
+      auto [at, e] = *events_.begin();
+      events_.erase(events_.begin());
       clock_.AdvanceTime(at - clock_.Now());
-      ac_.FirstToken(request.first, at);
-      ac_.Finished(request.first, at);
-      ttfts_.push_back(at - request.second);
+      if (e.output_tokens == 0) {
+        ac_.FirstToken(e.ticket, at);
+        ttfts_.push_back(at - e.admitted_at);
+      } else {
+        ac_.Finished(e.ticket, at, e.output_tokens, tpot_);
+      }
     }
     clock_.AdvanceTime(std::max(absl::ZeroDuration(), t - clock_.Now()));
   }
-  // Reports every first token still due.
+  // Reports every event still due.
   void Drain() { RunUntil(absl::InfiniteFuture() - absl::Hours(1)); }
   // Time to first token of each admitted request that has had it, in order.
   const std::vector<absl::Duration>& ttfts() const { return ttfts_; }
 
  private:
+  struct Event {
+    uint64_t ticket;
+    absl::Time admitted_at;
+    int32_t output_tokens;  // 0: the first token; else the end
+  };
   AdmissionController& ac_;
   base::SimulatedClock& clock_;
+  int32_t workers_;
   double rate_;
+  absl::Duration tpot_;
+  bool report_slots_;
   std::vector<absl::Time> free_at_;
-  std::multimap<absl::Time, std::pair<uint64_t, absl::Time>> due_;  // ticket, admitted at
+  std::multimap<absl::Time, Event> events_;
   uint64_t next_ticket_ = 0;
   std::vector<absl::Duration> ttfts_;
 };
@@ -708,10 +740,8 @@ TEST(AdmissionControllerTest, ColdBurstIsAdmittedOnlyAsFarAsTheMarginAllows) {
 }
 
 TEST(AdmissionControllerTest, AWorkerSlowerThanThePoolRaisesOnlyItsOwnEstimates) {
-  AdmissionConfig c;
-  c.max_ttft = absl::Seconds(4);
-  c.initial_prefill_rate = 100;
-  AdmissionController ac(c);
+  // The calibration floor (1 s) under every estimate (2 s below).
+  AdmissionController ac(AssumingSlowPrefill(absl::Seconds(4)));
   base::SimulatedClock clock;
   // One request at a time (so the measured rate stays where the estimates
   // put it), 100 tokens: mostly on "fast", first token exactly at the
@@ -759,10 +789,7 @@ TEST(AdmissionControllerTest, AWorkerSlowerThanThePoolRaisesOnlyItsOwnEstimates)
 }
 
 TEST(AdmissionControllerTest, MarginShrinksAsEstimatesProveRight) {
-  AdmissionConfig c;
-  c.max_ttft = absl::Seconds(1);
-  c.initial_prefill_rate = 100;
-  AdmissionController ac(c);
+  AdmissionController ac(AssumingSlowPrefill(absl::Seconds(1)));
   base::SimulatedClock clock;
   // One request at a time, each first token exactly when the uncalibrated
   // estimate said (50 tokens at the rate so far): every ratio is 1.
@@ -835,75 +862,6 @@ TEST(AdmissionControllerTest, TwiceTheCapacityFromColdKeepsAdmittedFirstTokensWi
   EXPECT_GE(offered - admitted, offered / 4) << "seed " << kSeed;
 }
 
-// Colocated workers on simulated time whose running batches bound what they
-// serve: `slots` running slots in all (max_running of each worker, added
-// up). A request takes the slot free first (in admission order), prefills
-// `prompt / per_worker_rate` and then decodes `output` tokens at `tpot` each,
-// holding its slot until its last token. First tokens and ends are reported
-// to the controller at their times, as the router does (Finished with the
-// completion length and the time per output token). `report_slots` says
-// whether the workers report max_running (WorkerLoad.max_running_requests).
-class SlottedCluster {
- public:
-  SlottedCluster(AdmissionController& ac, base::SimulatedClock& clock, int workers, int slots,
-                 double per_worker_rate, absl::Duration tpot, bool report_slots)
-      : ac_(ac),
-        clock_(clock),
-        workers_(workers),
-        rate_(per_worker_rate),
-        tpot_(tpot),
-        report_slots_(report_slots),
-        free_at_(static_cast<size_t>(slots), clock.Now()) {}
-
-  AdmissionDecision Offer(int64_t prompt_tokens, int32_t output_tokens) {
-    const uint64_t ticket = ++next_ticket_;
-    const PrefillQueue q{workers_, 0, report_slots_ ? static_cast<int32_t>(free_at_.size()) : 0};
-    const AdmissionDecision d =
-        ac_.Admit(Req(ticket, "", prompt_tokens, output_tokens), q, clock_.Now());
-    if (d.admitted()) {
-      absl::Time& slot = *std::min_element(free_at_.begin(), free_at_.end());
-      const absl::Time first = std::max(slot, clock_.Now()) +
-                               absl::Seconds(static_cast<double>(prompt_tokens) / rate_);
-      slot = first + (output_tokens - 1) * tpot_;
-      events_.emplace(first, Event{ticket, clock_.Now(), 0});
-      events_.emplace(slot, Event{ticket, clock_.Now(), output_tokens});
-    }
-    return d;
-  }
-  void RunUntil(absl::Time t) {
-    while (!events_.empty() && events_.begin()->first <= t) {
-      auto [at, e] = *events_.begin();
-      events_.erase(events_.begin());
-      clock_.AdvanceTime(at - clock_.Now());
-      if (e.output_tokens == 0) {
-        ac_.FirstToken(e.ticket, at);
-        ttfts_.push_back(at - e.admitted_at);
-      } else {
-        ac_.Finished(e.ticket, at, e.output_tokens, tpot_);
-      }
-    }
-    clock_.AdvanceTime(std::max(absl::ZeroDuration(), t - clock_.Now()));
-  }
-  void Drain() { RunUntil(absl::InfiniteFuture() - absl::Hours(1)); }
-  const std::vector<absl::Duration>& ttfts() const { return ttfts_; }
-
- private:
-  struct Event {
-    uint64_t ticket;
-    absl::Time admitted_at;
-    int32_t output_tokens;  // 0: the first token; else the end
-  };
-  AdmissionController& ac_;
-  base::SimulatedClock& clock_;
-  int32_t workers_;
-  double rate_;
-  absl::Duration tpot_;
-  bool report_slots_;
-  std::vector<absl::Time> free_at_;
-  std::multimap<absl::Time, Event> events_;
-  uint64_t next_ticket_ = 0;
-  std::vector<absl::Duration> ttfts_;
-};
 
 // The admission benchmark's shape (docs/benchmarks.md): two colocated
 // workers with four running slots each, 128-token prompts prefilled in
@@ -931,7 +889,7 @@ TEST(AdmissionControllerTest, ARequestBehindFullRunningBatchesWaitsForASlotAndIs
     SCOPED_TRACE(report ? "slots reported" : "slots not reported");
     AdmissionController ac(SlotConfig());
     base::SimulatedClock clock;
-    SlottedCluster cluster(ac, clock, kSlotWorkers, kSlots, kSlotPrefillRate, kSlotTpot, report);
+    SimulatedCluster cluster(ac, clock, kSlotWorkers, kSlots, kSlotPrefillRate, kSlotTpot, report);
     ASSERT_TRUE(cluster.Offer(kSlotPrompt, kSlotOutput).admitted());
     cluster.RunUntil(clock.Now() + absl::Seconds(10));
     EXPECT_EQ(ac.queue("m").tpot, kSlotTpot);  // learnt from the first one
@@ -975,7 +933,7 @@ TEST(AdmissionControllerTest, TwiceTheCapacityOfFullRunningBatchesKeepsTheSlo) {
   for (const bool report : {false, true}) {
     AdmissionController ac(SlotConfig());
     base::SimulatedClock clock;
-    SlottedCluster cluster(ac, clock, kSlotWorkers, kSlots, kSlotPrefillRate, kSlotTpot, report);
+    SimulatedCluster cluster(ac, clock, kSlotWorkers, kSlots, kSlotPrefillRate, kSlotTpot, report);
     constexpr uint32_t kSeed = 11;
     std::mt19937 rng(kSeed);
     std::exponential_distribution<double> gap(2 * capacity);

@@ -655,6 +655,29 @@ class SimulatedCluster {
   std::vector<absl::Duration> ttfts_;
 };
 
+constexpr uint32_t kSeed = 11;
+
+// Poisson arrivals at `rate` requests/s for 60 s from now (seed kSeed), each
+// offered by `offer` (which may draw from the same generator); then every
+// event still due. How many were offered and admitted.
+template <typename Offer>
+std::pair<int, int> PoissonArrivals(SimulatedCluster& cluster, base::SimulatedClock& clock,
+                                    double rate, Offer offer) {
+  std::mt19937 rng(kSeed);
+  std::exponential_distribution<double> gap(rate);
+  const absl::Time end = clock.Now() + absl::Seconds(60);
+  int offered = 0;
+  int admitted = 0;
+  for (absl::Time t = clock.Now() + absl::Seconds(gap(rng)); t < end;
+       t += absl::Seconds(gap(rng))) {
+    cluster.RunUntil(t);
+    ++offered;
+    admitted += offer(rng).admitted() ? 1 : 0;
+  }
+  cluster.Drain();
+  return {offered, admitted};
+}
+
 // The benchmark's shape (docs/benchmarks.md, "Admission control at twice the
 // capacity"): a 2 s SLO, 128-token prompts, two workers, the router assuming
 // 500 tokens/s; the fresh cluster serves half that.
@@ -823,21 +846,10 @@ TEST(AdmissionControllerTest, TwiceTheCapacityFromColdKeepsAdmittedFirstTokensWi
   AdmissionController ac(c);
   base::SimulatedClock clock;
   SimulatedCluster cluster(ac, clock, kColdWorkers, kColdPerWorkerRate);
-  constexpr uint32_t kSeed = 11;
-  std::mt19937 rng(kSeed);
   const double capacity = kColdWorkers * kColdPerWorkerRate / kColdPrompt;  // requests/s
-  std::exponential_distribution<double> gap(2 * capacity);
   std::uniform_int_distribution<int64_t> prompt(64, 192);
-  const absl::Time end = clock.Now() + absl::Seconds(60);
-  int offered = 0;
-  int admitted = 0;
-  for (absl::Time t = clock.Now() + absl::Seconds(gap(rng)); t < end;
-       t += absl::Seconds(gap(rng))) {
-    cluster.RunUntil(t);
-    ++offered;
-    admitted += cluster.Offer(prompt(rng)).admitted() ? 1 : 0;
-  }
-  cluster.Drain();
+  const auto [offered, admitted] = PoissonArrivals(
+      cluster, clock, 2 * capacity, [&](std::mt19937& rng) { return cluster.Offer(prompt(rng)); });
   ASSERT_EQ(static_cast<int>(cluster.ttfts().size()), admitted);
   std::vector<absl::Duration> sorted = cluster.ttfts();
   std::sort(sorted.begin(), sorted.end());
@@ -934,19 +946,9 @@ TEST(AdmissionControllerTest, TwiceTheCapacityOfFullRunningBatchesKeepsTheSlo) {
     AdmissionController ac(SlotConfig());
     base::SimulatedClock clock;
     SimulatedCluster cluster(ac, clock, kSlotWorkers, kSlots, kSlotPrefillRate, kSlotTpot, report);
-    constexpr uint32_t kSeed = 11;
-    std::mt19937 rng(kSeed);
-    std::exponential_distribution<double> gap(2 * capacity);
-    const absl::Time end = clock.Now() + absl::Seconds(60);
-    int offered = 0;
-    int admitted = 0;
-    for (absl::Time t = clock.Now() + absl::Seconds(gap(rng)); t < end;
-         t += absl::Seconds(gap(rng))) {
-      cluster.RunUntil(t);
-      ++offered;
-      admitted += cluster.Offer(kSlotPrompt, kSlotOutput).admitted() ? 1 : 0;
-    }
-    cluster.Drain();
+    const auto [offered, admitted] =
+        PoissonArrivals(cluster, clock, 2 * capacity,
+                        [&](std::mt19937&) { return cluster.Offer(kSlotPrompt, kSlotOutput); });
     std::vector<absl::Duration> sorted = cluster.ttfts();
     ASSERT_EQ(static_cast<int>(sorted.size()), admitted);
     std::sort(sorted.begin(), sorted.end());

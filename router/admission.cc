@@ -121,7 +121,7 @@ PrefillQueue PrefillQueueFor(const RegistrySnapshot& snapshot, absl::string_view
       continue;
     }
     const int64_t queued = w.desc.load.queued_prefill_tokens;
-    q->min_queued_tokens = q->workers == 0 ? queued : std::min(q->min_queued_tokens, queued);
+    q->queued_tokens = q->workers == 0 ? queued : std::min(q->queued_tokens, queued);
     ++q->workers;
     if (q == &colocated) {
       const int32_t slots = w.desc.load.max_running_requests;
@@ -166,7 +166,7 @@ TtftEstimate EstimateTtft(const TtftInputs& in) {
   const int64_t workers = std::max<int64_t>(1, in.workers.workers);
   const double per_worker_rate = std::max(in.rate, 1e-9) / static_cast<double>(workers);
   TtftEstimate e;
-  e.tokens_ahead = std::max(in.workers.min_queued_tokens, in.router_queued_tokens / workers);
+  e.tokens_ahead = std::max(in.workers.queued_tokens, in.router_queued_tokens / workers);
   e.calibration = in.calibration;
   e.slot_wait = in.slot_wait;
   const double queue_s = static_cast<double>(e.tokens_ahead + in.own_tokens) / per_worker_rate;
@@ -301,7 +301,11 @@ AdmissionDecision DecideAdmission(const AdmissionConfig& config, const Admission
           ? absl::StrFormat("x%.2f cold-start margin, %d of %d requests measured",
                             in.estimate.calibration, in.calibration_samples,
                             kMinCalibrationSamples)
-          : absl::StrFormat("x%.2f calibrated", in.estimate.calibration);
+          : absl::StrFormat("x%.2f calibrated%s", in.estimate.calibration,
+                            in.overdue > 0
+                                ? absl::StrFormat(" with %d waiting requests past their estimate",
+                                                  in.overdue)
+                                : std::string());
   const std::string slot =
       in.estimate.slot_wait > absl::ZeroDuration()
           ? absl::StrFormat("; every one of %d running slots taken, the first free in %s at "
@@ -310,7 +314,7 @@ AdmissionDecision DecideAdmission(const AdmissionConfig& config, const Admission
                             absl::ToDoubleMilliseconds(in.tpot), in.slot_calibration)
           : std::string();
   const std::string why = absl::StrFormat(
-      "estimated time to first token %s (%d prompt tokens queued ahead on the best worker at "
+      "estimated time to first token %s (%d prompt tokens queued ahead on the picked worker at "
       "%.0f tokens/s measured%s, %s)",
       Secs(est), in.estimate.tokens_ahead, rate, slot, calibrated);
   d.explanation = why;
@@ -388,19 +392,73 @@ AdmissionDecision AdmissionController::Admit(const Request& r, const PrefillQueu
     in.tpot = decode.tpot;
     in.slot_calibration = q.slot_calibration;
   }
+  // Requests still waiting for their first token count too, at the ratio
+  // they have reached (their true one is at least that): those past their
+  // calibrated estimate raise the factor at once, before any first token
+  // could report a slowdown (or ever does, from a stalled worker).
+  const absl::Duration floor = CalibrationFloor();
+  std::vector<double> overdue;
+  std::vector<double> slot_overdue;
+  std::vector<std::vector<double>> worker_overdue(r.workers.size());
+  std::vector<const WorkerCalibration*> worker_cal(r.workers.size(), nullptr);
+  for (size_t i = 0; i < r.workers.size(); ++i) {
+    auto it = worker_calibration_.find({r.model, r.workers[i]});
+    if (it != worker_calibration_.end() &&
+        static_cast<int>(it->second.ratios.size()) >= kMinCalibrationSamples) {
+      worker_cal[i] = &it->second;
+    }
+  }
+  for (const auto& [id, t] : tickets_) {
+    if (!t.queued || t.model != r.model) {
+      continue;
+    }
+    const absl::Duration waited = now - t.admitted_at;
+    if (t.estimate >= floor && t.estimate > absl::ZeroDuration()) {
+      const double reached = absl::FDivDuration(waited, t.estimate);
+      if (reached > q.calibration) {
+        overdue.push_back(reached);
+      }
+      for (size_t i = 0; i < r.workers.size(); ++i) {
+        if (worker_cal[i] != nullptr && reached > worker_cal[i]->factor &&
+            std::find(t.workers.begin(), t.workers.end(), r.workers[i]) != t.workers.end()) {
+          worker_overdue[i].push_back(reached);
+        }
+      }
+    }
+    if (t.slot_estimate >= floor && t.slot_estimate > absl::ZeroDuration()) {
+      const double reached = absl::FDivDuration(waited, t.slot_estimate);
+      if (reached > q.slot_calibration) {
+        slot_overdue.push_back(reached);
+      }
+    }
+  }
+  auto with = [](const std::vector<double>& ratios, const std::vector<double>& more,
+                 bool cold_margin) {
+    std::vector<double> all = ratios;
+    all.insert(all.end(), more.begin(), more.end());
+    return CalibrationFactor(std::move(all), cold_margin);
+  };
   // The picked workers' own factors, once each has enough samples; the
   // model's otherwise (and never under it: a worker's few fast samples must
   // not shorten what the pool learnt).
-  double calibration = q.calibration;
-  for (const std::string& w : r.workers) {
-    auto it = worker_calibration_.find({r.model, w});
-    if (it != worker_calibration_.end() &&
-        static_cast<int>(it->second.ratios.size()) >= kMinCalibrationSamples) {
-      calibration = std::max(calibration, it->second.factor);
+  double calibration =
+      overdue.empty() ? q.calibration : std::max(q.calibration, with(q.ratios, overdue, true));
+  for (size_t i = 0; i < r.workers.size(); ++i) {
+    if (worker_cal[i] != nullptr) {
+      calibration = std::max(calibration, worker_overdue[i].empty()
+                                              ? worker_cal[i]->factor
+                                              : with(worker_cal[i]->ratios, worker_overdue[i], true));
     }
   }
+  const double slot_calibration =
+      slot_overdue.empty() ? q.slot_calibration
+                           : std::max(q.slot_calibration, with(q.slot_ratios, slot_overdue, false));
+  if (in.slots > 0) {
+    in.slot_calibration = slot_calibration;
+  }
+  in.overdue = static_cast<int32_t>(std::max(overdue.size(), slot_overdue.size()));
   in.estimate =
-      EstimateTtft({q.tokens, workers, own, in.rate, calibration, slot_wait, q.slot_calibration});
+      EstimateTtft({q.tokens, workers, own, in.rate, calibration, slot_wait, slot_calibration});
   in.calibration_samples = static_cast<int32_t>(q.ratios.size());
   in.time_left = r.deadline == absl::InfiniteFuture() ? absl::InfiniteDuration() : r.deadline - now;
   AdmissionDecision d = DecideAdmission(config_, in);
@@ -422,6 +480,11 @@ AdmissionDecision AdmissionController::Admit(const Request& r, const PrefillQueu
   t.n = n;
   t.workers = r.workers;
   return d;
+}
+
+absl::Duration AdmissionController::CalibrationFloor() const {
+  return config_.max_ttft > absl::ZeroDuration() ? kCalibrationFloor * config_.max_ttft
+                                                 : absl::Milliseconds(100);
 }
 
 absl::Duration AdmissionController::DecodeModel::Decode(int32_t max_tokens) const {
@@ -485,9 +548,7 @@ void AdmissionController::LeaveLocked(uint64_t ticket, absl::Time now, bool firs
     q.meter.Add(static_cast<double>(it->second.tokens),
                 std::max(absl::ZeroDuration(), now - q.busy_since));
     q.busy_since = now;
-    const absl::Duration floor = config_.max_ttft > absl::ZeroDuration()
-                                     ? kCalibrationFloor * config_.max_ttft
-                                     : absl::Milliseconds(100);
+    const absl::Duration floor = CalibrationFloor();
     // The part that decided the estimate learns how far off it was.
     const absl::Duration actual = now - it->second.admitted_at;
     auto learn = [&](absl::Duration estimate, std::vector<double>& ratios, size_t& next) {

@@ -105,9 +105,10 @@ class ThroughputMeter {
 // PickRoute chooses) and the prefill queue of the least loaded one.
 struct PrefillQueue {
   int32_t workers = 0;
-  // Reported queued prefill tokens of the least loaded one (the Router
-  // raises it to the queue of the worker it picked).
-  int64_t min_queued_tokens = 0;
+  // Reported queued prefill tokens ahead of the request: the least loaded
+  // worker's here; the Router raises it to the queue of the worker(s) it
+  // picked (the picker weighs KV space and running requests too).
+  int64_t queued_tokens = 0;
   // Colocated workers only: their running slots together (max_running each,
   // as reported). A colocated worker's running batch holds a request from
   // its prefill on, so while every slot is taken by a decode a new request
@@ -139,7 +140,7 @@ struct TtftInputs {
 };
 struct TtftEstimate {
   absl::Duration ttft = absl::ZeroDuration();
-  int64_t tokens_ahead = 0;  // on the best worker
+  int64_t tokens_ahead = 0;  // on the picked worker
   double calibration = 1;
   absl::Duration slot_wait = absl::ZeroDuration();  // as given (for messages)
   // The part that decided the estimate, uncalibrated (the other is zero):
@@ -150,7 +151,7 @@ struct TtftEstimate {
 // ttft = max(calibration x (ahead + own) / r,
 //            slot_calibration x (slot_wait + own / r)),
 // the second only when slot_wait > 0, with r = rate / workers and ahead =
-// max(the best worker's reported queue, the router's queue / workers): the
+// max(the picked worker's reported queue, the router's queue / workers): the
 // router's own queue is the freshest view (spread evenly, as the picker
 // balances it), a worker's report also counts other routers' requests. No
 // worker: as one. Each part has its own calibration, learnt from the
@@ -179,6 +180,14 @@ TtftEstimate EstimateTtft(const TtftInputs& in);
 // than a warm one; without the margin a burst on a cold cluster is admitted
 // up to the SLO on that guess alone and overshoots it (docs/benchmarks.md,
 // "Admission control at twice the capacity": TTFT 3.3-3.8 s under a 2 s SLO).
+//
+// Requests still waiting: at each decision, the model's requests that have
+// waited longer for their first token than their calibrated estimate join
+// the ratios at the ratio they have reached (their own is at least that),
+// for the pool's factor, the slot wait's and the picked workers' alike; the
+// factor never falls below the finished requests' one. A slowdown, or a
+// stalled worker whose first tokens never come, raises the estimates as
+// requests pass theirs, not only once their first tokens report it.
 inline constexpr double kCalibrationQuantile = 0.99;
 inline constexpr double kCalibrationFloor = 0.25;
 inline constexpr int kMinCalibrationSamples = 16;
@@ -229,6 +238,9 @@ struct AdmissionInputs {
   int32_t slots = 0;
   absl::Duration tpot = absl::ZeroDuration();
   double slot_calibration = 1;
+  // Requests still waiting for their first token that are past their
+  // calibrated estimate (counted into the factors: AdmissionController).
+  int32_t overdue = 0;
   absl::Duration time_left = absl::InfiniteDuration();  // to the request's deadline
 };
 
@@ -378,6 +390,8 @@ class AdmissionController {
   Buckets& BucketsLocked(const std::string& tenant, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Queue& QueueLocked(const std::string& model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Estimates under this (a quarter of the SLO) teach no calibration.
+  absl::Duration CalibrationFloor() const;
   // Removes `ticket` from its queue; `tokens_done` counts as throughput.
   void LeaveLocked(uint64_t ticket, absl::Time now, bool first_token)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

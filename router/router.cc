@@ -406,7 +406,7 @@ absl::Status Router::Admit(uint64_t id, const PreparedRequest& request,
         r.workers.push_back(w->address);
       }
     }
-    workers.min_queued_tokens = std::max(workers.min_queued_tokens, picked);
+    workers.queued_tokens = std::max(workers.queued_tokens, picked);
   }
   const AdmissionDecision d = admission_.Admit(r, workers, now);
   if (!d.admitted()) {

@@ -127,15 +127,15 @@ TEST(PrefillQueueForTest, CountsTheWorkersThatWouldPrefillAndTheirShortestQueue)
   const absl::Time now = absl::UnixEpoch() + absl::Seconds(1);
   PrefillQueue q = PrefillQueueFor(snap, "m", RoutingMode::kAuto, now);
   EXPECT_EQ(q.workers, 2);
-  EXPECT_EQ(q.min_queued_tokens, 120);
+  EXPECT_EQ(q.queued_tokens, 120);
   q = PrefillQueueFor(snap, "m", RoutingMode::kColocated, now);
   EXPECT_EQ(q.workers, 1);
-  EXPECT_EQ(q.min_queued_tokens, 40);
+  EXPECT_EQ(q.queued_tokens, 40);
   // No decode worker: auto falls back to colocated as the picker does.
   snap.workers.erase(snap.workers.begin() + 2);
   q = PrefillQueueFor(snap, "m", RoutingMode::kAuto, now);
   EXPECT_EQ(q.workers, 1);
-  EXPECT_EQ(q.min_queued_tokens, 40);
+  EXPECT_EQ(q.queued_tokens, 40);
   EXPECT_EQ(PrefillQueueFor(snap, "m", RoutingMode::kDisaggregated, now).workers, 2);
   EXPECT_EQ(PrefillQueueFor(snap, "none", RoutingMode::kAuto, now).workers, 0);
 }
@@ -377,7 +377,7 @@ TEST(DecideAdmissionTest, EstimateOverTheSloOrTheDeadline) {
   EXPECT_THAT(d.ToStatus(),
               StatusIs(absl::StatusCode::kResourceExhausted,
                        HasSubstr("estimated time to first token 3.000s (2800 prompt tokens "
-                                 "queued ahead on the best worker at 1000 tokens/s measured, "
+                                 "queued ahead on the picked worker at 1000 tokens/s measured, "
                                  "x1.00 calibrated) is over the SLO admission max_ttft 2.000s")));
 
   // No SLO: the deadline still counts.
@@ -809,6 +809,80 @@ TEST(AdmissionControllerTest, AWorkerSlowerThanThePoolRaisesOnlyItsOwnEstimates)
   AdmissionController::Request on_new = Req(++ticket, "", 100, 1);
   on_new.workers = {"new"};
   EXPECT_THAT(ac.Admit(on_new, {1, 0}, clock.Now()).explanation, HasSubstr("x1.00 calibrated"));
+}
+
+// `count` requests of 100 tokens one at a time, on `worker` ("": none
+// named), each first token exactly at its estimate (ratio 1) and 1 s idle
+// after it: the rate stays at 100 tokens/s (AssumingSlowPrefill).
+void ExactlyAsEstimated(AdmissionController& ac, base::SimulatedClock& clock, uint64_t& ticket,
+                        int count, const std::string& worker = "") {
+  for (int i = 0; i < count; ++i) {
+    AdmissionController::Request r = Req(++ticket, "", 100, 1);
+    if (!worker.empty()) {
+      r.workers = {worker};
+    }
+    ASSERT_TRUE(ac.Admit(r, {1, 0}, clock.Now()).admitted());
+    clock.AdvanceTime(absl::Seconds(100 / ac.queue("m").rate));
+    ac.FirstToken(ticket, clock.Now());
+    ac.Finished(ticket, clock.Now());
+    clock.AdvanceTime(absl::Seconds(1));
+  }
+}
+
+TEST(AdmissionControllerTest, RequestsPastTheirEstimateRaiseItBeforeTheirFirstTokens) {
+  // SLO 4 s (calibration floor 1 s), every finished estimate exact.
+  AdmissionController ac(AssumingSlowPrefill(absl::Seconds(4)));
+  base::SimulatedClock clock;
+  uint64_t ticket = 0;
+  ExactlyAsEstimated(ac, clock, ticket, kMinCalibrationSamples);
+  ASSERT_NEAR(ac.queue("m").calibration, 1.0, 1e-9);
+  ASSERT_NEAR(ac.queue("m").rate, 100, 1e-6);
+  // Three requests queued (estimates 1, 2 and 3 s), then the worker stalls:
+  // no first token comes.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(ac.Admit(Req(++ticket, "", 100, 1), {1, 0}, clock.Now()).admitted());
+  }
+  // At once, 50 more tokens are estimated at 3.5 s: admitted (then gone).
+  const AdmissionDecision before = ac.Admit(Req(++ticket, "", 50, 1), {1, 0}, clock.Now());
+  EXPECT_TRUE(before.admitted());
+  EXPECT_NEAR(absl::ToDoubleSeconds(before.estimated_ttft), 3.5, 1e-6);
+  ac.Finished(ticket, clock.Now());
+  // 4 s later they have waited 4x, 2x and 1.33x their estimates. Among 16
+  // exact ratios, the 99th percentile of all 19 is the second largest: 2.
+  clock.AdvanceTime(absl::Seconds(4));
+  const AdmissionDecision after = ac.Admit(Req(++ticket, "", 50, 1), {1, 0}, clock.Now());
+  EXPECT_EQ(after.reason, AdmissionReason::kTtftOverSlo);
+  EXPECT_NEAR(absl::ToDoubleSeconds(after.estimated_ttft), 7.0, 1e-6);
+  EXPECT_THAT(after.message,
+              HasSubstr("x2.00 calibrated with 3 waiting requests past their estimate"));
+  // The factor learnt from finished requests is untouched.
+  EXPECT_NEAR(ac.queue("m").calibration, 1.0, 1e-9);
+}
+
+TEST(AdmissionControllerTest, RequestsPastTheirEstimateOnOneWorkerRaiseOnlyItsEstimates) {
+  AdmissionController ac(AssumingSlowPrefill(absl::Seconds(4)));
+  base::SimulatedClock clock;
+  uint64_t ticket = 0;
+  // Worker "a" has just enough samples of its own, the pool many more.
+  ExactlyAsEstimated(ac, clock, ticket, kMinCalibrationSamples, "a");
+  ExactlyAsEstimated(ac, clock, ticket, 500, "b");
+  auto on = [&](const std::string& worker, int64_t tokens) {
+    AdmissionController::Request r = Req(++ticket, "", tokens, 1);
+    r.workers = {worker};
+    return r;
+  };
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(ac.Admit(on("a", 100), {1, 0}, clock.Now()).admitted());
+  }
+  clock.AdvanceTime(absl::Seconds(4));
+  // "a" stalls: its three overdue requests are the 2nd largest of its 19
+  // ratios, but only the 7th largest of the pool's 519.
+  const AdmissionDecision a = ac.Admit(on("a", 50), {1, 0}, clock.Now());
+  EXPECT_EQ(a.reason, AdmissionReason::kTtftOverSlo);
+  EXPECT_NEAR(absl::ToDoubleSeconds(a.estimated_ttft), 7.0, 1e-6);
+  const AdmissionDecision b = ac.Admit(on("b", 50), {1, 0}, clock.Now());
+  EXPECT_TRUE(b.admitted());
+  EXPECT_NEAR(absl::ToDoubleSeconds(b.estimated_ttft), 3.5, 1e-6);
 }
 
 TEST(AdmissionControllerTest, MarginShrinksAsEstimatesProveRight) {

@@ -19,7 +19,8 @@
 //
 // TANDEM_EMBEDDING_PRECISION and TANDEM_EMBEDDING_THREADS set the router's
 // embedding.precision and embedding.threads (the config's defaults when
-// unset). With more than one thread the CPU columns add up every thread's
+// unset); TANDEM_ENCODER_AMX=0 keeps bf16 off AMX tiles on a CPU that has them
+// (encoder_ops::SetAmxEnabled, to compare with AVX512-BF16). With more than one thread the CPU columns add up every thread's
 // time: compare real time.
 //
 // Needs the models from scripts/fetch_models.sh --minilm and ../shared's
@@ -41,6 +42,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/metrics.h"
+#include "common/engine/encoder_ops/gemm_bf16.h"
 #include "nlohmann/json.hpp"
 #include "router/embedder.h"
 #include "router/router.h"
@@ -82,6 +84,9 @@ Setup* Build() {
   if (const char* p = std::getenv("TANDEM_EMBEDDING_PRECISION"); p != nullptr) ec.precision = p;
   if (const char* t = std::getenv("TANDEM_EMBEDDING_THREADS"); t != nullptr) {
     ec.threads = std::atoi(t);
+  }
+  if (const char* a = std::getenv("TANDEM_ENCODER_AMX"); a != nullptr && std::string(a) == "0") {
+    engine::encoder_ops::SetAmxEnabled(false);
   }
   absl::StatusOr<std::unique_ptr<Embedder>> embedder = Embedder::Load(ec);
   if (!embedder.ok()) {

@@ -81,6 +81,10 @@ void ToBf16(const float* x, int64_t n, uint16_t* out) {
 
 void GemmBf16Panels(const uint16_t* xb, int64_t m, const PackedBf16& w, int64_t p0, int64_t p1,
                     float* y) {
+  if (w.cols % 32 == 0 && AmxSupported()) {
+    GemmAmxPanels(xb, m, w, p0, p1, y);
+    return;
+  }
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t r0 = p * kRows;
     const int nvalid = static_cast<int>(std::min<int64_t>(kRows, w.rows - r0));

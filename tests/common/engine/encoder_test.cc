@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/engine/encoder_ops/encoder_ops.h"
 #include "common/engine/encoder_ops/gemm_bf16.h"
 #include "common/engine/format/gguf.h"
@@ -81,6 +82,10 @@ class EncoderTest : public ::testing::Test {
     ref_ = std::move(ref).value();
     ASSERT_EQ(ref_.shape, (std::vector<int64_t>{static_cast<int64_t>(ids_.size()), 384}));
   }
+
+  // The BF16 bound and batch invariance of `encoder` (EncoderPrecision::kBf16) on the
+  // reference sentences; prints the minimum cosine as `what`.
+  void CheckBf16(Encoder& encoder, absl::string_view what);
 
   static Encoder* encoder_;
   std::vector<std::string> texts_;
@@ -162,6 +167,7 @@ TEST_F(EncoderTest, OneAtATimeEqualsBatch) {
 // min 1 - 2.7e-5, max |d| 1.1e-3; the reference's numpy pipeline with bf16 rounding of the
 // weights and matmul inputs gives 1 - 3.4e-5), and stays batch invariant. A wrong pair order in the packed weights
 // drops the cosine below 0.9 (mutation checked by hand).
+// On AMX CPUs it runs twice: on AMX tiles (the default there) and on AVX512-BF16.
 TEST_F(EncoderTest, Bf16StaysWithinBoundAndBatchInvariant) {
   auto path = ResolveModelPath("all-minilm-l6-v2");
   ASSERT_OK(path.status());
@@ -170,7 +176,18 @@ TEST_F(EncoderTest, Bf16StaysWithinBoundAndBatchInvariant) {
   if ((*bf16)->precision() != EncoderPrecision::kBf16) {
     GTEST_SKIP() << "no AVX512-BF16 on this CPU";
   }
-  auto batch = (*bf16)->Embed(ids_);
+  std::vector<bool> paths = {false};
+  if (encoder_ops::AmxSupported()) paths.push_back(true);
+  for (bool amx : paths) {
+    SCOPED_TRACE(amx ? "AMX" : "AVX512-BF16");
+    encoder_ops::SetAmxEnabled(amx);
+    CheckBf16(**bf16, amx ? "bf16 on AMX" : "bf16 on AVX512-BF16");
+  }
+  encoder_ops::SetAmxEnabled(true);
+}
+
+void EncoderTest::CheckBf16(Encoder& encoder, absl::string_view what) {
+  auto batch = encoder.Embed(ids_);
   ASSERT_OK(batch.status());
   double min_cosine = 1, max_abs = 0;
   for (size_t s = 0; s < ids_.size(); ++s) {
@@ -181,11 +198,11 @@ TEST_F(EncoderTest, Bf16StaysWithinBoundAndBatchInvariant) {
     for (size_t i = 0; i < 384; ++i) {
       max_abs = std::max(max_abs, double(std::fabs((*batch)[s][i] - ref[i])));
     }
-    auto one = (*bf16)->Embed({ids_[s]});
+    auto one = encoder.Embed({ids_[s]});
     ASSERT_OK(one.status());
     EXPECT_EQ((*one)[0], (*batch)[s]) << "sentence " << s;
   }
-  std::cout << "bf16: min cosine " << absl::StrCat(min_cosine) << " (1 - " << (1 - min_cosine)
+  std::cout << what << ": min cosine " << absl::StrCat(min_cosine) << " (1 - " << (1 - min_cosine)
             << "), max |d| " << max_abs << "\n";
 }
 
@@ -344,12 +361,36 @@ TEST_P(EncoderOpsTest, AddLayerNormMatchesDoubleReference) {
 }
 
 // The BF16 GEMM against a double reference over the same bf16-rounded operands: only the
-// fp32 summation may differ. Odd m and rows (tile and panel remainders).
-TEST(EncoderGemmBf16Test, MatchesRoundedDoubleReference) {
-  if (!encoder_ops::Bf16Supported()) {
-    GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+// fp32 summation may differ. Odd m and rows (tile and panel remainders), m over one AMX tile
+// (16 rows), cols a multiple of 32 (AMX where the CPU has it) and not (always AVX512-BF16);
+// each on the AVX512-BF16 path and, where the CPU has it, on AMX tiles. Each row alone gives
+// the same bits as in the batch (batch invariance).
+struct GemmCase {
+  bool amx;
+  int64_t m, rows, cols;
+};
+
+void PrintTo(const GemmCase& c, std::ostream* os) {
+  *os << (c.amx ? "AMX " : "AVX512-BF16 ") << c.m << " x " << c.rows << " x " << c.cols;
+}
+
+class EncoderGemmBf16Test : public ::testing::TestWithParam<GemmCase> {
+ protected:
+  void SetUp() override {
+    if (!encoder_ops::Bf16Supported()) {
+      GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+    }
+    if (GetParam().amx && !encoder_ops::AmxSupported()) {
+      GTEST_SKIP() << "no AMX-BF16 on this CPU (or the kernel refused the tile state)";
+    }
+    encoder_ops::SetAmxEnabled(GetParam().amx);
   }
-  constexpr int64_t kM = 29, kRows = 37, kCols = 96;
+  void TearDown() override { encoder_ops::SetAmxEnabled(true); }
+};
+
+TEST_P(EncoderGemmBf16Test, MatchesRoundedDoubleReference) {
+  const auto [amx, kM, kRows, kCols] = GetParam();
+  EXPECT_EQ(encoder_ops::AmxSupported(), amx);
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(kM * kCols), w(kRows * kCols), bias(kRows);
@@ -360,7 +401,8 @@ TEST(EncoderGemmBf16Test, MatchesRoundedDoubleReference) {
   std::vector<uint16_t> xb(kM * kCols);
   encoder_ops::ToBf16(x.data(), kM * kCols, xb.data());
   std::vector<float> y(kM * kRows);
-  encoder_ops::GemmBf16Panels(xb.data(), kM, packed, 0, (kRows + 15) / 16, y.data());
+  const int64_t panels = (kRows + 15) / 16;
+  encoder_ops::GemmBf16Panels(xb.data(), kM, packed, 0, panels, y.data());
   for (int64_t i = 0; i < kM; ++i) {
     for (int64_t r = 0; r < kRows; ++r) {
       double want = bias[r];
@@ -372,7 +414,29 @@ TEST(EncoderGemmBf16Test, MatchesRoundedDoubleReference) {
           << "row " << i << " output " << r;
     }
   }
+  // Panel by panel (as the encoder's threads split it) and row by row: the same bits.
+  for (int64_t i = 0; i < kM; i += 7) {
+    std::vector<float> one(kRows);
+    for (int64_t p = 0; p < panels; ++p) {
+      encoder_ops::GemmBf16Panels(&xb[i * kCols], 1, packed, p, p + 1, one.data());
+    }
+    for (int64_t r = 0; r < kRows; ++r) {
+      ASSERT_EQ(one[r], y[i * kRows + r]) << "row " << i << " output " << r;
+    }
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, EncoderGemmBf16Test,
+                         ::testing::Values(GemmCase{false, 29, 37, 96}, GemmCase{true, 29, 37, 96},
+                                           GemmCase{false, 5, 80, 384},
+                                           GemmCase{true, 5, 80, 384},
+                                           GemmCase{true, 33, 100, 1536},
+                                           GemmCase{true, 17, 21, 80}),
+                         [](const ::testing::TestParamInfo<GemmCase>& info) {
+                           const GemmCase& c = info.param;
+                           return absl::StrCat(c.amx ? "amx_" : "avx512bf16_", c.m, "x", c.rows,
+                                               "x", c.cols);
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Isas, EncoderOpsTest,
                          ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),

@@ -12,10 +12,13 @@
 
 namespace tandem::engine::encoder_ops {
 
+// Queries AttendHead computes together (sharing each K and V load).
+inline constexpr int kAttendQueries = 4;
+
 // Scratch one AttendHead call needs, in floats, for a sequence of len tokens.
 inline int64_t AttendScratchFloats(int64_t len, int64_t head_dim) {
   const int64_t len16 = (len + 15) / 16 * 16;  // keys padded to whole 16-float vectors
-  return head_dim * len16 + len16;
+  return head_dim * len16 + kAttendQueries * len16;
 }
 
 struct Table {

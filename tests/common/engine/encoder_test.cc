@@ -362,7 +362,7 @@ TEST_P(EncoderOpsTest, AddLayerNormMatchesDoubleReference) {
 
 // The BF16 GEMM against a double reference over the same bf16-rounded operands: only the
 // fp32 summation may differ. Odd m and rows (tile and panel remainders), m over one AMX tile
-// (16 rows), cols a multiple of 32 (AMX where the CPU has it) and not (always AVX512-BF16);
+// (16 rows) and whole tiles only (stored straight to y), cols a multiple of 32 (AMX where the CPU has it) and not (always AVX512-BF16);
 // each on the AVX512-BF16 path and, where the CPU has it, on AMX tiles. Each row alone gives
 // the same bits as in the batch (batch invariance).
 struct GemmCase {
@@ -431,6 +431,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, EncoderGemmBf16Test,
                                            GemmCase{false, 5, 80, 384},
                                            GemmCase{true, 5, 80, 384},
                                            GemmCase{true, 33, 100, 1536},
+                                           GemmCase{true, 32, 64, 128},
+                                           GemmCase{true, 50, 384, 384},
                                            GemmCase{true, 17, 21, 80}),
                          [](const ::testing::TestParamInfo<GemmCase>& info) {
                            const GemmCase& c = info.param;

@@ -35,6 +35,8 @@ struct Table {
   // AttendScratchFloats(len, head_dim) floats.
   void (*attend_head)(const float* q, const float* k, const float* v, int64_t ld, int64_t len,
                       int64_t head_dim, float scale, float* scratch, float* out);
+  // a . b over n floats (the router's HNSW distance: 1 - a . b of unit embeddings).
+  float (*dot)(const float* a, const float* b, int64_t n);
 };
 
 const Table& Ops();           // for ActiveIsa()

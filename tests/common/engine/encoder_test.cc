@@ -332,6 +332,21 @@ TEST_P(EncoderOpsTest, BiasGeluMatchesErfDefinition) {
   for (int64_t i = 0; i < kRows * kN; ++i) ASSERT_EQ(z[i], x[i] + bias[i % kN]) << i;
 }
 
+// The HNSW distance's dot product: lengths around the two-chain and lane remainders, and
+// the embeddings' 384.
+TEST_P(EncoderOpsTest, DotMatchesDoubleReference) {
+  const encoder_ops::Table& ops = encoder_ops::OpsFor(GetParam());
+  for (int64_t n : {1, 15, 16, 31, 33, 47, 384, 1000}) {
+    const std::vector<float> a = Random(n, 1.0f), b = Random(n, 1.0f);
+    double want = 0, mag = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      want += double(a[i]) * b[i];
+      mag += std::abs(double(a[i]) * b[i]);
+    }
+    EXPECT_NEAR(ops.dot(a.data(), b.data(), n), want, 1e-6 * mag + 1e-7) << "n " << n;
+  }
+}
+
 TEST_P(EncoderOpsTest, AddLayerNormMatchesDoubleReference) {
   const encoder_ops::Table& ops = encoder_ops::OpsFor(GetParam());
   for (int64_t n : {7, 384}) {  // a remainder-only row and the model's width

@@ -362,28 +362,35 @@ struct SemanticCache::Entry {
   std::shared_ptr<const CachedAnswer> answer;
 };
 
-// hnswlib behind a non-throwing face. Labels are slots in [0, capacity).
 // hnswlib's inner-product space with the dot product picked at run time
-// (engine::encoder_ops: AVX-512, AVX2 or baseline by the active ISA).
-// hnswlib's own InnerProductSpace picks its SIMD width at compile time, and
-// this target is built for the baseline ISA (SSE: 4 floats per instruction),
-// where the distance was 75 % of a search's samples on 100 000 entries.
+// (engine::encoder_ops: AVX-512, AVX2 or baseline by the ISA active when the
+// index is made). hnswlib's own InnerProductSpace picks its SIMD width at
+// compile time, and this target is built for the baseline ISA (SSE: 4 floats
+// per instruction), where the distance took 75 % of the samples of building
+// and searching a 100 000-entry index.
 class DotSpace : public hnswlib::SpaceInterface<float> {
  public:
-  explicit DotSpace(size_t dim) : dim_(dim) {}
-  size_t get_data_size() override { return dim_ * sizeof(float); }
+  explicit DotSpace(size_t dim)
+      : param_{static_cast<int64_t>(dim), engine::encoder_ops::Ops().dot},
+        size_(dim * sizeof(float)) {}
+  size_t get_data_size() override { return size_; }
   hnswlib::DISTFUNC<float> get_dist_func() override { return &Distance; }
-  void* get_dist_func_param() override { return &dim_; }
+  void* get_dist_func_param() override { return &param_; }
 
  private:
-  static float Distance(const void* a, const void* b, const void* dim) {
-    return 1.0f - engine::encoder_ops::Ops().dot(static_cast<const float*>(a),
-                                                   static_cast<const float*>(b),
-                                                   static_cast<int64_t>(*static_cast<const size_t*>(dim)));
+  struct Param {
+    int64_t dim;
+    float (*dot)(const float* a, const float* b, int64_t n);
+  };
+  static float Distance(const void* a, const void* b, const void* param) {
+    const Param& p = *static_cast<const Param*>(param);
+    return 1.0f - p.dot(static_cast<const float*>(a), static_cast<const float*>(b), p.dim);
   }
-  size_t dim_;
+  Param param_;
+  size_t size_;
 };
 
+// hnswlib behind a non-throwing face. Labels are slots in [0, capacity).
 class SemanticCache::Index {
  public:
   Index(int dim, size_t capacity)

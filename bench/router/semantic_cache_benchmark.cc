@@ -20,8 +20,8 @@
 // TANDEM_EMBEDDING_PRECISION and TANDEM_EMBEDDING_THREADS set the router's
 // embedding.precision and embedding.threads (the config's defaults when
 // unset); TANDEM_ENCODER_AMX=0 keeps bf16 off AMX tiles on a CPU that has them
-// (encoder_ops::SetAmxEnabled, to compare with AVX512-BF16). With more than one thread the CPU columns add up every thread's
-// time: compare real time.
+// (encoder_ops::SetAmxEnabled, to compare with AVX512-BF16). With more than
+// one thread the CPU columns add up every thread's time: compare real time.
 //
 // Needs the models from scripts/fetch_models.sh --minilm and ../shared's
 // stories260K (the served model whose tokenizer Prepare runs).

@@ -35,16 +35,12 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64);
 
-void Configure(int mr) {
-  TileConfig cfg;  // zero-initialized: unused tiles 7..15 stay off
-  for (int t = 0; t < kPanelsPerA; ++t) {  // C: mr rows of 16 fp32
-    cfg.rows[t] = static_cast<uint8_t>(mr);
-    cfg.colsb[t] = 64;
-  }
-  cfg.rows[4] = static_cast<uint8_t>(mr);  // A: mr rows of 32 bf16
-  cfg.colsb[4] = 64;
-  for (int t = 5; t <= 6; ++t) {  // B: 16 k pairs of 16 x 2 bf16
-    cfg.rows[t] = kKStep / 2;
+// Tiles 0-6, each 16 rows x 64 bytes: C 0-3 (16 x 16 fp32), A 4 (16 rows x 32 bf16), B 5-6
+// (16 k pairs x 16 outputs x 2 bf16).
+void Configure() {
+  TileConfig cfg;  // zero-initialized: tiles 7..15 stay off
+  for (int t = 0; t <= 6; ++t) {
+    cfg.rows[t] = kRows;
     cfg.colsb[t] = 64;
   }
   _tile_loadconfig(&cfg);
@@ -99,10 +95,12 @@ void GemmAmxPanels(const uint16_t* xb, int64_t m, const PackedBf16& w, int64_t p
   const int64_t full = m / kRows * kRows;
   static thread_local std::vector<uint16_t> tail;
   if (full < m) {
-    tail.assign(kRows * w.cols, 0);
-    std::memcpy(tail.data(), xb + full * w.cols, (m - full) * lda);
+    tail.resize(kRows * w.cols);
+    const int64_t copied = (m - full) * w.cols;
+    std::memcpy(tail.data(), xb + full * w.cols, copied * sizeof(uint16_t));
+    std::fill(tail.begin() + copied, tail.end(), uint16_t{0});
   }
-  Configure(kRows);
+  Configure();
   alignas(64) float c[kRows][kPanelsPerA * kRows];  // blocks that do not fill y's tile
   for (int64_t p = p0; p < p1; p += kPanelsPerA) {
     const int np = static_cast<int>(std::min<int64_t>(kPanelsPerA, p1 - p));

@@ -89,7 +89,7 @@ WeightView ViewOf(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols
 namespace internal {
 
 void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
-                     int mr_max, FloatTileFn tile) {
+                     int mr_max, FloatTileFn tile, FloatTile2Fn tile2, const uint8_t* packed) {
   constexpr int64_t kGroup = 4;  // panels per task (64 rows)
   const int64_t n_panels = (w.rows + kFloatPanelRows - 1) / kFloatPanelRows;
   const int64_t n_tasks = (n_panels + kGroup - 1) / kGroup;
@@ -102,16 +102,30 @@ void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, b
     for (int64_t k0 = 0; k0 < w.cols; k0 += kFloatKc) {
       const int64_t kc = std::min(kFloatKc, w.cols - k0);
       for (int64_t p = 0; p < np; ++p) {
-        PackFloatPanel16Avx2(w, (p0 + p) * kFloatPanelRows, k0, kc, buffer + p * panel_floats);
+        if (packed != nullptr) {
+          ConvertFloatPanelAvx2(w, packed, p0 + p, k0, kc, buffer + p * panel_floats);
+        } else {
+          PackFloatPanel16Avx2(w, (p0 + p) * kFloatPanelRows, k0, kc, buffer + p * panel_floats);
+        }
       }
       const int64_t n_tiles = (m + mr_max - 1) / mr_max;
       for (int64_t t = 0, i0 = 0; t < n_tiles; i0 += BalancedTile(m, n_tiles, t++)) {
         const int mr = BalancedTile(m, n_tiles, t);
-        for (int64_t p = 0; p < np; ++p) {
+        for (int64_t p = 0; p < np;) {
           const int64_t r0 = (p0 + p) * kFloatPanelRows;
-          const int nvalid = static_cast<int>(std::min<int64_t>(kFloatPanelRows, w.rows - r0));
-          tile(mr, buffer + p * panel_floats, kc, x + i0 * w.cols + k0, w.cols,
-               y + i0 * w.rows + r0, w.rows, nvalid, k0 > 0);
+          const float* xi = x + i0 * w.cols + k0;
+          float* yi = y + i0 * w.rows + r0;
+          if (tile2 != nullptr && p + 1 < np) {
+            const int nvalid2 = static_cast<int>(
+                std::min<int64_t>(kFloatPanelRows, w.rows - r0 - kFloatPanelRows));
+            tile2(mr, buffer + p * panel_floats, panel_floats, kc, xi, w.cols, yi, w.rows, nvalid2,
+                  k0 > 0);
+            p += 2;
+          } else {
+            const int nvalid = static_cast<int>(std::min<int64_t>(kFloatPanelRows, w.rows - r0));
+            tile(mr, buffer + p * panel_floats, kc, xi, w.cols, yi, w.rows, nvalid, k0 > 0);
+            p += 1;
+          }
         }
       }
     }
@@ -348,7 +362,9 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
   const int64_t packed_max_m = !is_float          ? internal::kPrepackedMaxM
                                : isa == Isa::kAvx2 ? 3
                                                    : internal::kGemv512MaxM;
-  if (w.packed_ != nullptr && isa == w.packed_isa_ && m <= packed_max_m) {
+  // Past that, float types still read the copy (contiguous [k][16] halves)
+  // to fill the GEMM's fp32 panels: the same values as gathering w's rows.
+  if (w.packed_ != nullptr && isa == w.packed_isa_ && (m <= packed_max_m || is_float)) {
     if (isa == Isa::kAvx2) {
       internal::MatMulPrepackedAvx2(v, w.packed_, x, m, y, pool);
     } else {

@@ -1522,7 +1522,8 @@ template <GgmlType T>
 void MatMulFloatPrepacked(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
                           float* y, base::ThreadPool& pool) {
   if (m > kGemvMaxM) {
-    MatMulFloat<T>(w, x, m, y, pool);  // the GEMM packs fp32 panels per call from w
+    // The GEMM converts fp32 panels per call, from the copy.
+    GemmFloatPanels(w, x, m, y, pool, kFMr, KernelF32Tile, nullptr, packed);
     return;
   }
   const int64_t n_panels = (w.rows + kF16PanelRows - 1) / kF16PanelRows;
@@ -1559,6 +1560,24 @@ void PackFloatPanel16Avx2(const WeightView& w, int64_t r0, int64_t k0, int64_t k
     default:
       PackFloatPanel16<GgmlType::kBF16>(w, r0, k0, kc, out);
       break;
+  }
+}
+
+void ConvertFloatPanelAvx2(const WeightView& w, const uint8_t* packed, int64_t p, int64_t k0,
+                           int64_t kc, float* out) {
+  const uint8_t* src = packed + p * PrepackedFloatPanelBytes(w.cols) + k0 * kF16PanelRows * 2;
+  const int64_t n = kc * kF16PanelRows;  // a multiple of 8
+  if (w.type == GgmlType::kF16) {
+    for (int64_t i = 0; i < n; i += 8) {
+      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                    reinterpret_cast<const __m128i*>(src + 2 * i))));
+    }
+  } else {
+    for (int64_t i = 0; i < n; i += 8) {
+      const __m256i h = _mm256_cvtepu16_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
+      _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+    }
   }
 }
 

@@ -317,6 +317,69 @@ void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, int64
   }
 }
 
+// Two panels (32 weight rows) per activation row: two weight loads and MR
+// broadcasts feed 2 MR FMAs (KernelF32x16: 1 + MR loads per MR), so the loads
+// no longer bound the FMAs. Per lane the same FMAs in k order: the bits of
+// two KernelF32x16 calls.
+template <int MR>
+void KernelF32x32(const float* panel, int64_t panel_stride, int64_t kc, const float* x,
+                  int64_t ldx, float* y, int64_t ldy, int nvalid2, bool accumulate) {
+  static_assert(MR >= 1 && MR <= kFMr);
+  const float* panel2 = panel + panel_stride;
+  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
+         c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+  __m512 d0 = c0, d1 = c0, d2 = c0, d3 = c0, d4 = c0, d5 = c0, d6 = c0, d7 = c0, d8 = c0, d9 = c0,
+         d10 = c0, d11 = c0;
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 w = _mm512_load_ps(panel + k * kPanelRows);
+    const __m512 w2 = _mm512_load_ps(panel2 + k * kPanelRows);
+#define F_STEP(I)                                \
+  {                                              \
+    const __m512 xb = _mm512_set1_ps(x[I * ldx + k]); \
+    c##I = _mm512_fmadd_ps(w, xb, c##I);         \
+    d##I = _mm512_fmadd_ps(w2, xb, d##I);        \
+  }
+    TANDEM_FOR_MR12(F_STEP)
+#undef F_STEP
+  }
+  const __mmask16 mask2 = RowMask(nvalid2);
+#define F_STORE(I)                                                    \
+  {                                                                   \
+    float* yi = y + I * ldy;                                          \
+    if (accumulate) {                                                 \
+      c##I = _mm512_add_ps(c##I, _mm512_loadu_ps(yi));                \
+      d##I = _mm512_add_ps(d##I, _mm512_maskz_loadu_ps(mask2, yi + kPanelRows)); \
+    }                                                                 \
+    _mm512_storeu_ps(yi, c##I);                                       \
+    _mm512_mask_storeu_ps(yi + kPanelRows, mask2, d##I);              \
+  }
+  TANDEM_FOR_MR12(F_STORE)
+#undef F_STORE
+}
+
+void KernelF32Tile2(int mr, const float* panel, int64_t panel_stride, int64_t kc, const float* x,
+                    int64_t ldx, float* y, int64_t ldy, int nvalid2, bool accumulate) {
+  switch (mr) {
+#define F_CASE(N) \
+  case N:         \
+    return KernelF32x32<N>(panel, panel_stride, kc, x, ldx, y, ldy, nvalid2, accumulate);
+    F_CASE(1)
+    F_CASE(2)
+    F_CASE(3)
+    F_CASE(4)
+    F_CASE(5)
+    F_CASE(6)
+    F_CASE(7)
+    F_CASE(8)
+    F_CASE(9)
+    F_CASE(10)
+    F_CASE(11)
+#undef F_CASE
+    default:
+      return KernelF32x32<12>(panel, panel_stride, kc, x, ldx, y, ldy, nvalid2, accumulate);
+  }
+}
+
 // Level types (Q4_1 ... Q6_K) with VNNI.
 #include "common/engine/kernels/internal/kernels_levels.inc"
 
@@ -535,7 +598,10 @@ void MatMulFloatPrepacked512(const WeightView& w, const uint8_t* packed, const f
 void MatMulPrepackedAvx512(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
                            float* y, base::ThreadPool& pool, bool vnni) {
   if (w.type == GgmlType::kF16 || w.type == GgmlType::kBF16) {
-    DCHECK_LE(m, kGemv512MaxM);
+    if (m > kGemv512MaxM) {  // the GEMM, its fp32 panels converted per call from the copy
+      GemmFloatPanels(w, x, m, y, pool, kFMr, KernelF32Tile, KernelF32Tile2, packed);
+      return;
+    }
     if (w.type == GgmlType::kF16) {
       MatMulFloatPrepacked512<GgmlType::kF16>(w, packed, x, m, y, pool);
     } else {
@@ -571,7 +637,7 @@ void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, base
       if (m <= 3) {
         MatMulAvx2(w, x, m, y, pool);  // GEMV: bandwidth-bound, reads F16/BF16 in place
       } else {
-        GemmFloatPanels(w, x, m, y, pool, kFMr, KernelF32Tile);
+        GemmFloatPanels(w, x, m, y, pool, kFMr, KernelF32Tile, KernelF32Tile2);
       }
       return;
     default:  // level types (Q4_1 ... Q6_K)

@@ -194,12 +194,24 @@ inline constexpr int kFloatPanelRows = 16;
 using FloatTileFn = void (*)(int mr, const float* panel, int64_t kc, const float* x, int64_t ldx,
                              float* y, int64_t ldy, int nvalid, bool accumulate);
 
-// The float GEMM: tasks of 4 panels of 16 weight rows, packed per kFloatKc
-// columns (PackFloatPanel16Avx2) into a per-thread buffer, every activation
-// tile (at most `mr_max` rows, balanced) swept over them by `tile`. Plain
-// control code: compiled without ISA flags, the ISA lives in `tile`.
+// The same for two consecutive packed panels (32 weight rows; the second at
+// panel + panel_stride, with nvalid2 valid rows; the first is whole): per
+// lane the same FMAs in the same order as two `FloatTileFn` calls.
+using FloatTile2Fn = void (*)(int mr, const float* panel, int64_t panel_stride, int64_t kc,
+                              const float* x, int64_t ldx, float* y, int64_t ldy, int nvalid2,
+                              bool accumulate);
+
+// The float GEMM: tasks of 4 panels of 16 weight rows, converted to fp32 per
+// kFloatKc columns into a per-thread buffer, every activation tile (at most
+// `mr_max` rows, balanced) swept over them by `tile2` (pairs of panels, when
+// given) and `tile`. The panels come from w (PackFloatPanel16Avx2: sixteen
+// rows gathered and transposed) or, for F16/BF16 with `packed` (the load-time
+// copy, PrepackAvx2), from its [k][16] chunks (ConvertFloatPanelAvx2: one
+// contiguous stream): the same values either way. Plain control code:
+// compiled without ISA flags, the ISA lives in the tiles and converters.
 void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
-                     int mr_max, FloatTileFn tile);
+                     int mr_max, FloatTileFn tile, FloatTile2Fn tile2 = nullptr,
+                     const uint8_t* packed = nullptr);
 
 // --- Attention ---------------------------------------------------------------
 // State of the online softmax of one query head.
@@ -236,6 +248,11 @@ void AttendBlockAvx2(const float* q, int group, const void* k, const void* v, Gg
 // and columns [k0, k0 + kc) of a float-type matrix (F32/F16/BF16) as fp32,
 // k-major: out[k][16]. Used by the AVX2 and AVX-512 float GEMMs.
 void PackFloatPanel16Avx2(const WeightView& w, int64_t r0, int64_t k0, int64_t kc, float* out);
+// Columns [k0, k0 + kc) of load-time panel `p` of an F16/BF16 matrix's copy
+// (`packed`, PrepackAvx2's [k][16] halves) as fp32: out[k][16], the values
+// PackFloatPanel16Avx2 gives for the same rows.
+void ConvertFloatPanelAvx2(const WeightView& w, const uint8_t* packed, int64_t p, int64_t k0,
+                           int64_t kc, float* out);
 
 // Quantizes m activation rows with QuantizeActsAvx2 into this thread's
 // scratch buffer (rows in parallel when there are many); valid until the
@@ -270,8 +287,8 @@ void PrepackedGemm(const WeightView& w, const uint8_t* packed, const QuantizedAc
 // PrepackedAvx2Bytes is the size of the packed copy (0 for other types; the
 // GGUF data's, rows padded to 8 or 16, Q4_K +2.8 %), PrepackAvx2 writes it
 // (panels in parallel on `pool`), MatMulPrepackedAvx2 multiplies with it
-// (F16 / BF16 above batch 3: with the borrowed data, through the per-call
-// GEMM), bitwise equal to MatMulAvx2 at every batch size.
+// (F16 / BF16 above batch 3: through the per-call GEMM, its fp32 panels
+// converted from the copy), bitwise equal to MatMulAvx2 at every batch size.
 int64_t PrepackedAvx2Bytes(GgmlType type, int64_t rows, int64_t cols);
 // Batches above this many rows take the per-call paths (MatMul).
 inline constexpr int64_t kPrepackedMaxM = 16;

@@ -65,7 +65,9 @@ constexpr uint64_t PackClaim(uint64_t tag, uint64_t n, uint64_t index) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+ThreadPool::ThreadPool(int num_threads)
+    : num_threads_(std::max(1, num_threads)),
+      busy_(std::make_unique<BusyCounter[]>(num_threads_)) {
   workers_.reserve(num_threads_ - 1);
   for (int t = 1; t < num_threads_; ++t) {
     workers_.emplace_back([this, t] { WorkerLoop(t); });
@@ -86,7 +88,7 @@ void ThreadPool::Run(int64_t num_tasks, absl::FunctionRef<void(int64_t task, int
   }
   if (num_threads_ == 1 || num_tasks == 1) {
     for (int64_t t = 0; t < num_tasks; ++t) {
-      fn(t, 0);
+      RunTask(fn, t, 0);
     }
     return;
   }
@@ -118,6 +120,27 @@ void ThreadPool::Run(int64_t num_tasks, absl::FunctionRef<void(int64_t task, int
     }
     fn_ = nullptr;
   }
+}
+
+void ThreadPool::RunTask(absl::FunctionRef<void(int64_t, int)> fn, int64_t task, int thread) {
+  if (!accounting_.load(std::memory_order_relaxed)) {
+    fn(task, thread);
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  fn(task, thread);
+  const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+  busy_[thread].nanos.fetch_add(nanos, std::memory_order_relaxed);
+}
+
+int64_t ThreadPool::busy_nanos() const {
+  int64_t total = 0;
+  for (int t = 0; t < num_threads_; ++t) {
+    total += busy_[t].nanos.load(std::memory_order_relaxed);
+  }
+  return total;
 }
 
 void ThreadPool::WakeSleepers() {
@@ -162,7 +185,7 @@ void ThreadPool::Work(int thread) {
     }
     if (next_task_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel,
                                          std::memory_order_acquire)) {
-      (*fn_)(static_cast<int64_t>(index), thread);
+      RunTask(*fn_, static_cast<int64_t>(index), thread);
       active_.fetch_sub(1, std::memory_order_release);
       word = next_task_.load(std::memory_order_acquire);
     }

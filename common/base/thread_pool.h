@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -35,7 +36,17 @@ class ThreadPool {
   // Splits [0, n) into about num_threads()*4 ranges of at least `grain` items.
   void ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t begin, int64_t end)> fn);
 
+  // Busy accounting (off by default; for benchmarks): while on, every thread
+  // adds the time it spends inside tasks to busy_nanos(). busy_nanos() /
+  // (num_threads() x wall time) is the share of the pool's thread time spent
+  // in its jobs' work; the rest is hand-offs, waiting for the slowest thread
+  // and whatever the owner does between jobs. Switch it only between jobs.
+  void set_busy_accounting(bool on) { accounting_.store(on, std::memory_order_relaxed); }
+  int64_t busy_nanos() const;
+
  private:
+  // One task on `thread`, timed when accounting is on.
+  void RunTask(absl::FunctionRef<void(int64_t, int)> fn, int64_t task, int thread);
   void WorkerLoop(int thread) ABSL_LOCKS_EXCLUDED(mu_);
   // Wakes every sleeping worker after generation_ or stop_ changed.
   void WakeSleepers() ABSL_LOCKS_EXCLUDED(mu_);
@@ -57,6 +68,11 @@ class ThreadPool {
   absl::Mutex mu_;
   absl::CondVar cv_;
   std::atomic<int> sleepers_{0};
+  std::atomic<bool> accounting_{false};
+  struct alignas(64) BusyCounter {
+    std::atomic<int64_t> nanos{0};
+  };
+  std::unique_ptr<BusyCounter[]> busy_;  // one per thread, own cache lines
 };
 
 }  // namespace tandem::base

@@ -276,6 +276,10 @@ void BM_Decode(benchmark::State& state) {
   // buffers, which cases with one or two timed steps (large batches of the
   // 1.5B) must not count.
   if (!engine->Step(step).ok()) std::exit(1);
+  base::ThreadPool& pool = engine->pool();
+  pool.set_busy_accounting(true);
+  const int64_t busy_start = pool.busy_nanos();
+  int64_t paused_busy = 0;
   auto start = std::chrono::steady_clock::now();
   const double cpu_start = ProcessCpuSeconds();
   double paused_s = 0, paused_cpu_s = 0;
@@ -284,8 +288,10 @@ void BM_Decode(benchmark::State& state) {
       state.PauseTiming();
       auto p0 = std::chrono::steady_clock::now();
       const double cpu0 = ProcessCpuSeconds();
+      const int64_t busy0 = pool.busy_nanos();
       for (int s = 0; s < batch; ++s) (void)engine->FreeSequence(s);
       fill();
+      paused_busy += pool.busy_nanos() - busy0;
       paused_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count();
       paused_cpu_s += ProcessCpuSeconds() - cpu0;
       state.ResumeTiming();
@@ -300,6 +306,8 @@ void BM_Decode(benchmark::State& state) {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - paused_s;
   const double cpu = ProcessCpuSeconds() - cpu_start - paused_cpu_s;
+  pool.set_busy_accounting(false);
+  const double busy_s = (pool.busy_nanos() - busy_start - paused_busy) * 1e-9;
   const double steps = state.iterations();
   state.SetItemsProcessed(static_cast<int64_t>(steps * batch));
   const double bytes = model.weight_bytes_per_token();
@@ -321,6 +329,12 @@ void BM_Decode(benchmark::State& state) {
   state.counters["ms/step"] = elapsed / steps * 1e3;
   state.counters["cpu_ms/step"] = cpu / steps * 1e3;
   state.counters["cores_used"] = cpu / elapsed;
+  // The share of the pool's thread time (threads x wall) spent inside its jobs'
+  // tasks (the matmuls, RoPE, attention); the rest is the step loop, what the
+  // engine thread does outside jobs (norms, SwiGLU, the logits copy), hand-offs
+  // and waiting for the slower thread at each job's end (base::ThreadPool busy
+  // accounting).
+  state.counters["in_kernels"] = busy_s / (threads * elapsed);
   state.counters["kv_MB/step"] = kv_bytes / 1e6;
   state.counters["bw_floor_ms"] = (bytes + kv_bytes) / bw * 1e3;
   state.counters["GOP/s"] = 2 * MatmulParams(c, true) * batch * steps / elapsed / 1e9;

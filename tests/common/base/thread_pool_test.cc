@@ -203,5 +203,35 @@ TEST(ThreadPoolTest, ManySmallJobsAreCheap) {
   EXPECT_LT(seconds, 20.0);
 }
 
+// Busy accounting counts the time inside tasks on every thread, the caller's
+// included, and nothing while off: at least the sum of what the tasks spun,
+// at most the pool's threads times the wall time of the jobs.
+TEST(ThreadPoolTest, BusyAccountingCountsTimeInsideTasks) {
+  for (int threads : {1, 2, 3}) {
+    SCOPED_TRACE(threads);
+    ThreadPool pool(threads);
+    auto spin = [](std::chrono::microseconds d) {
+      const auto end = std::chrono::steady_clock::now() + d;
+      while (std::chrono::steady_clock::now() < end) {
+      }
+    };
+    pool.Run(6, [&](int64_t, int) { spin(std::chrono::microseconds(500)); });
+    EXPECT_EQ(pool.busy_nanos(), 0);  // off by default
+    pool.set_busy_accounting(true);
+    const auto start = std::chrono::steady_clock::now();
+    pool.Run(12, [&](int64_t, int) { spin(std::chrono::microseconds(1000)); });
+    pool.Run(1, [&](int64_t, int) { spin(std::chrono::microseconds(2000)); });  // runs inline
+    const int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now() - start)
+                             .count();
+    pool.set_busy_accounting(false);
+    const int64_t busy = pool.busy_nanos();
+    EXPECT_GE(busy, 14'000'000);
+    EXPECT_LE(busy, int64_t{threads} * wall);
+    pool.Run(6, [&](int64_t, int) { spin(std::chrono::microseconds(500)); });
+    EXPECT_EQ(pool.busy_nanos(), busy);  // off again: unchanged
+  }
+}
+
 }  // namespace
 }  // namespace tandem::base

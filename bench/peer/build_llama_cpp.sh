@@ -11,7 +11,7 @@
 # Prints the bin folder on success. The binaries land in
 #   ${TANDEM_PEERS:-$HOME/.cache/tandem/peers}/llama.cpp-0.3.36/bin
 # (the sources and build tree next to it, in src/ and build/). The build is
-# CPU-only, Release, -march=native (GGML_NATIVE), static, with no CUDA, BLAS,
+# CPU-only, Release, -march=native (GGML_NATIVE) less AMX (below), static, with no CUDA, BLAS,
 # curl, OpenSSL or web UI (nothing is fetched at build time), niced, -j2
 # ($TANDEM_PEER_JOBS overrides). About 12 minutes on 2 vCPUs.
 #
@@ -48,7 +48,14 @@ for arg in "$@"; do
 done
 
 STAMP=$ROOT/bin/.built
-stamp_text="llama-cpp-python==$VERSION sha256=$SDIST_SHA256 targets=${TARGETS[*]}"
+# Without AMX: llama.cpp's AMX backend (ggml-cpu/amx, compiled in whenever -march=native
+# has AMX-INT8) dies with a general protection fault in ggml_backend_amx_mul_mat on the
+# Sapphire-Rapids-class VMs we measure on, for every quantized file (llama.cpp issue
+# #20824; `--repack 0` avoids it but also drops its repacked Q4_0 layouts). The explicit
+# -mno-amx-* win over -march=native in GCC and Clang whatever their order; every other
+# feature of the CPU stays on.
+NO_AMX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+stamp_text="llama-cpp-python==$VERSION sha256=$SDIST_SHA256 targets=${TARGETS[*]} flags=$NO_AMX_FLAGS"
 if ((!force)) && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$stamp_text" ]; then
   echo "$ROOT/bin"
   exit 0
@@ -92,6 +99,7 @@ mkdir -p "$ROOT/bin"
 start=$(date +%s)
 nice -n 19 cmake -S "$ROOT/src" -B "$ROOT/build" "${generator[@]}" \
   -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
+  -DCMAKE_C_FLAGS="$NO_AMX_FLAGS" -DCMAKE_CXX_FLAGS="$NO_AMX_FLAGS" \
   -DGGML_CUDA=OFF -DGGML_BLAS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON >"$ROOT/configure.log" 2>&1 ||

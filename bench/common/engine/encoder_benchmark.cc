@@ -3,7 +3,8 @@
 // tokens (and, on the BF16 paths, of 8 to 128 tokens) and a batch of 16 such prompts, at 1 and 2 threads, F32 (gemm:0) and
 // EncoderPrecision::kBf16 on AVX512-BF16 (gemm:1, where the CPU has it) and on AMX tiles
 // (gemm:2, where the CPU has AMX-BF16; the default BF16 path there). The ids are fixed pseudo-random
-// word pieces between [CLS] and [SEP] (the cost depends only on the length).
+// word pieces between [CLS] and [SEP] (the cost depends only on the length). BM_GemmBf16: one
+// BF16 GEMM of MiniLM's FFN shapes alone (below).
 //
 //   build/bin/encoder_benchmark --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 
@@ -18,6 +19,18 @@
 
 namespace tandem::engine {
 namespace {
+
+// The BF16 GEMM's path for `gemm` (1 AVX512-BF16, 2 AMX; 0 leaves it); false (the state
+// skipped) where the CPU lacks AMX. The caller turns AMX back on at the end.
+bool SelectBf16Path(int64_t gemm, benchmark::State& state) {
+  encoder_ops::SetAmxEnabled(gemm == 2);
+  if (gemm == 2 && !encoder_ops::AmxSupported()) {
+    encoder_ops::SetAmxEnabled(true);
+    state.SkipWithError("no AMX-BF16 on this CPU");
+    return false;
+  }
+  return true;
+}
 
 void BM_Embed(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
@@ -39,12 +52,7 @@ void BM_Embed(benchmark::State& state) {
     state.SkipWithError("no AVX512-BF16 on this CPU");
     return;
   }
-  encoder_ops::SetAmxEnabled(gemm == 2);
-  if (gemm == 2 && !encoder_ops::AmxSupported()) {
-    encoder_ops::SetAmxEnabled(true);
-    state.SkipWithError("no AMX-BF16 on this CPU");
-    return;
-  }
+  if (!SelectBf16Path(gemm, state)) return;
   state.SetLabel(gemm == 0 ? "f32" : gemm == 1 ? "bf16 avx512-bf16" : "bf16 amx");
   std::vector<std::vector<TokenId>> ids(batch);
   uint32_t seed = 1;
@@ -93,12 +101,7 @@ void BM_GemmBf16(benchmark::State& state) {
     state.SkipWithError("no AVX512-BF16 on this CPU");
     return;
   }
-  encoder_ops::SetAmxEnabled(gemm == 2);
-  if (gemm == 2 && !encoder_ops::AmxSupported()) {
-    encoder_ops::SetAmxEnabled(true);
-    state.SkipWithError("no AMX-BF16 on this CPU");
-    return;
-  }
+  if (!SelectBf16Path(gemm, state)) return;
   std::vector<float> w(rows * cols), bias(rows), x(m * cols), y(m * rows);
   uint32_t seed = 7;
   auto next = [&seed] {

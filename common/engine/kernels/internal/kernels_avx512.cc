@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 // GCC 12's avx512fintrin.h unpack intrinsics start from _mm512_undefined_*,
 // which -Wmaybe-uninitialized reports at every use (a false positive). Clang
@@ -294,12 +295,13 @@ void KernelF32x16(const float* panel, int64_t kc, const float* x, int64_t ldx, f
 #undef F_STORE
 }
 
-void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, int64_t ldx, float* y,
-                   int64_t ldy, int nvalid, bool accumulate) {
+// f(std::integral_constant<int, mr>{}) for mr in [1, kFMr] (larger: kFMr).
+template <typename F>
+void WithMr(int mr, F&& f) {
   switch (mr) {
 #define F_CASE(N) \
   case N:         \
-    return KernelF32x16<N>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+    return f(std::integral_constant<int, N>{});
     F_CASE(1)
     F_CASE(2)
     F_CASE(3)
@@ -313,8 +315,15 @@ void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, int64
     F_CASE(11)
 #undef F_CASE
     default:
-      return KernelF32x16<12>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+      return f(std::integral_constant<int, kFMr>{});
   }
+}
+
+void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, int64_t ldx, float* y,
+                   int64_t ldy, int nvalid, bool accumulate) {
+  WithMr(mr, [&](auto n) {
+    KernelF32x16<decltype(n)::value>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+  });
 }
 
 // Two panels (32 weight rows) per activation row: two weight loads and MR
@@ -333,25 +342,25 @@ void KernelF32x32(const float* panel, int64_t panel_stride, int64_t kc, const fl
   for (int64_t k = 0; k < kc; ++k) {
     const __m512 w = _mm512_load_ps(panel + k * kPanelRows);
     const __m512 w2 = _mm512_load_ps(panel2 + k * kPanelRows);
-#define F_STEP(I)                                \
-  {                                              \
+#define F_STEP(I)                                     \
+  {                                                   \
     const __m512 xb = _mm512_set1_ps(x[I * ldx + k]); \
-    c##I = _mm512_fmadd_ps(w, xb, c##I);         \
-    d##I = _mm512_fmadd_ps(w2, xb, d##I);        \
+    c##I = _mm512_fmadd_ps(w, xb, c##I);              \
+    d##I = _mm512_fmadd_ps(w2, xb, d##I);             \
   }
     TANDEM_FOR_MR12(F_STEP)
 #undef F_STEP
   }
   const __mmask16 mask2 = RowMask(nvalid2);
-#define F_STORE(I)                                                    \
-  {                                                                   \
-    float* yi = y + I * ldy;                                          \
-    if (accumulate) {                                                 \
-      c##I = _mm512_add_ps(c##I, _mm512_loadu_ps(yi));                \
-      d##I = _mm512_add_ps(d##I, _mm512_maskz_loadu_ps(mask2, yi + kPanelRows)); \
-    }                                                                 \
-    _mm512_storeu_ps(yi, c##I);                                       \
-    _mm512_mask_storeu_ps(yi + kPanelRows, mask2, d##I);              \
+#define F_STORE(I)                                                                 \
+  {                                                                                \
+    float* yi = y + I * ldy;                                                       \
+    if (accumulate) {                                                              \
+      c##I = _mm512_add_ps(c##I, _mm512_loadu_ps(yi));                             \
+      d##I = _mm512_add_ps(d##I, _mm512_maskz_loadu_ps(mask2, yi + kPanelRows));   \
+    }                                                                              \
+    _mm512_storeu_ps(yi, c##I);                                                    \
+    _mm512_mask_storeu_ps(yi + kPanelRows, mask2, d##I);                           \
   }
   TANDEM_FOR_MR12(F_STORE)
 #undef F_STORE
@@ -359,25 +368,9 @@ void KernelF32x32(const float* panel, int64_t panel_stride, int64_t kc, const fl
 
 void KernelF32Tile2(int mr, const float* panel, int64_t panel_stride, int64_t kc, const float* x,
                     int64_t ldx, float* y, int64_t ldy, int nvalid2, bool accumulate) {
-  switch (mr) {
-#define F_CASE(N) \
-  case N:         \
-    return KernelF32x32<N>(panel, panel_stride, kc, x, ldx, y, ldy, nvalid2, accumulate);
-    F_CASE(1)
-    F_CASE(2)
-    F_CASE(3)
-    F_CASE(4)
-    F_CASE(5)
-    F_CASE(6)
-    F_CASE(7)
-    F_CASE(8)
-    F_CASE(9)
-    F_CASE(10)
-    F_CASE(11)
-#undef F_CASE
-    default:
-      return KernelF32x32<12>(panel, panel_stride, kc, x, ldx, y, ldy, nvalid2, accumulate);
-  }
+  WithMr(mr, [&](auto n) {
+    KernelF32x32<decltype(n)::value>(panel, panel_stride, kc, x, ldx, y, ldy, nvalid2, accumulate);
+  });
 }
 
 // Level types (Q4_1 ... Q6_K) with VNNI.

@@ -636,10 +636,6 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
 // per-call paths and the prepacked one give the same bits (tested).
 
 constexpr int kPPRows = 8;
-constexpr int64_t kQ4KLevelBytes8 = 4 * 8 * 32;
-constexpr int64_t kQ4KFactorBytes8 = 2 * 2 * kPPRows + 2 * 8 * kPPRows;
-constexpr int64_t kQ6KLevelBytes8 = (2 * 2 * 8 + 2 * 8) * 32;
-constexpr int64_t kQ6KFactorBytes8 = 2 * kPPRows + 16 * kPPRows;
 static_assert(kQ4KLevelBytes8 + kQ4KFactorBytes8 == kPPRows * (sizeof(BlockQ4_K) + 4));
 static_assert(kQ6KLevelBytes8 + kQ6KFactorBytes8 == kPPRows * sizeof(BlockQ6_K));
 
@@ -1581,9 +1577,11 @@ void ConvertFloatPanelAvx2(const WeightView& w, const uint8_t* packed, int64_t p
   }
 }
 
-void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool) {
+void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
+                const uint8_t* packed) {
   if (IsLevelType(w.type)) {
-    MatMulLevelsImpl(w, QuantizeActsParallel(x, m, w.cols, /*offset128=*/false, pool), m, y, pool);
+    MatMulLevelsImpl(w, QuantizeActsParallel(x, m, w.cols, /*offset128=*/false, pool), m, y, pool,
+                     packed);
     return;
   }
   switch (w.type) {

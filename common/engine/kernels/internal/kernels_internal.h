@@ -238,7 +238,10 @@ void DequantizeRowScalar(const WeightView& w, int64_t r, float* out);
 // unsigned) instead of q as s8.
 void QuantizeActsAvx2(const float* x, int64_t m, int64_t cols, bool offset128,
                       const QuantizedActs& out);
-void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool);
+// `packed`, when not null, is w's load-time copy (PrepackAvx2): the level
+// GEMM (Q4_K, Q6_K) then fills its panels from it (the same panel bytes).
+void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
+                const uint8_t* packed = nullptr);
 void RmsNormAvx2(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
                  float* out);
 void SwiGluAvx2(const float* gate, const float* up, int64_t n, float* out);
@@ -263,8 +266,10 @@ QuantizedActs QuantizeActsParallel(const float* x, int64_t m, int64_t cols, bool
 // --- AVX-512 (kernels_avx512.cc); only called when DetectIsa() allows ----------
 // `vnni` selects the VPDPBUSD quantized kernels; without it quantized types
 // fall back to the AVX2 kernels (float types still use 512-bit FMA).
+// `packed`, when not null, is w's load-time copy (PrepackAvx2): the VNNI
+// Q4_0 / Q8_0 GEMM then fills its panels from it (the same panel bytes).
 void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
-                  bool vnni);
+                  bool vnni, const uint8_t* packed = nullptr);
 
 // --- Weights repacked once at load (WeightMatrix::Create) ---------------------
 // A micro-kernel over one prepacked panel: y[i][0..nvalid) for the rows i of
@@ -292,6 +297,13 @@ void PrepackedGemm(const WeightView& w, const uint8_t* packed, const QuantizedAc
 int64_t PrepackedAvx2Bytes(GgmlType type, int64_t rows, int64_t cols);
 // Batches above this many rows take the per-call paths (MatMul).
 inline constexpr int64_t kPrepackedMaxM = 16;
+// The copy's K-quant panels (8 rows; layout in kernels_avx2.cc), which the
+// per-call level GEMMs also read: per super-block the level vectors, and
+// after all of them the factors.
+inline constexpr int64_t kQ4KLevelBytes8 = 4 * 8 * 32;
+inline constexpr int64_t kQ4KFactorBytes8 = 2 * 2 * 8 + 2 * 8 * 8;
+inline constexpr int64_t kQ6KLevelBytes8 = (2 * 2 * 8 + 2 * 8) * 32;
+inline constexpr int64_t kQ6KFactorBytes8 = 2 * 8 + 16 * 8;
 void PrepackAvx2(const WeightView& w, uint8_t* out, base::ThreadPool& pool);
 void MatMulPrepackedAvx2(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
                          float* y, base::ThreadPool& pool);

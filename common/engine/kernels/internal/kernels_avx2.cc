@@ -245,8 +245,11 @@ inline void Transpose4x8(const uint8_t* const p[8], __m256i out[4]) {
 }
 
 // Packs rows [r0, r0+8) (missing rows repeat the last one; their results are
-// never stored) of a Q4_0/Q8_0 matrix, all blocks.
-void PackQuantPanel(const WeightView& w, int64_t r0, Q4Layout layout, uint8_t* out) {
+// never stored) of a Q4_0/Q8_0 matrix, all blocks: gathered from w's rows,
+// or, with `packed` (w's load-time copy), from its 8-row panel r0 / 8, which
+// holds the same d values and the same transposed dwords (PrepackPanel8).
+void PackQuantPanel(const WeightView& w, int64_t r0, Q4Layout layout, const uint8_t* packed,
+                    uint8_t* out) {
   const int64_t nb = w.cols / kQBlock;
   const uint8_t* rows[kQPanelRows];
   for (int r = 0; r < kQPanelRows; ++r) {
@@ -256,21 +259,35 @@ void PackQuantPanel(const WeightView& w, int64_t r0, Q4Layout layout, uint8_t* o
   const __m256i eight = _mm256_set1_epi8(8);
   const bool q4 = w.type == GgmlType::kQ4_0;
   const int64_t block_bytes = q4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  const int64_t copy_qbytes = q4 ? 128 : 256;
+  const uint8_t* copy = packed != nullptr ? packed + r0 / 8 * nb * (copy_qbytes + 16) : nullptr;
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* p[kQPanelRows];
-    const uint8_t* p2[kQPanelRows];
-    uint16_t h[kQPanelRows];
-    for (int r = 0; r < kQPanelRows; ++r) {
-      const uint8_t* blk = rows[r] + b * block_bytes;
-      h[r] = LoadU16(blk);
-      p[r] = blk + 2;
-      p2[r] = blk + 18;
+    __m128i hv;
+    __m256i t[8];
+    if (copy != nullptr) {
+      hv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(copy + nb * copy_qbytes + 16 * b));
+      for (int i = 0; i < (q4 ? 4 : 8); ++i) {
+        t[i] = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(copy + b * copy_qbytes + 32 * i));
+      }
+    } else {
+      const uint8_t* p[kQPanelRows];
+      const uint8_t* p2[kQPanelRows];
+      uint16_t h[kQPanelRows];
+      for (int r = 0; r < kQPanelRows; ++r) {
+        const uint8_t* blk = rows[r] + b * block_bytes;
+        h[r] = LoadU16(blk);
+        p[r] = blk + 2;
+        p2[r] = blk + 18;
+      }
+      hv = _mm_setr_epi16(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+      Transpose4x8(p, t);
+      if (!q4) {
+        Transpose4x8(p2, t + 4);
+      }
     }
-    const __m128i hv = _mm_setr_epi16(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
     _mm256_store_ps(reinterpret_cast<float*>(out), _mm256_cvtph_ps(hv));
     if (q4) {
-      __m256i t[4];
-      Transpose4x8(p, t);
       if (layout == Q4Layout::kUnsigned) {
         auto* q = reinterpret_cast<__m256i*>(out + 32);
         for (int d = 0; d < 4; ++d) {
@@ -293,9 +310,6 @@ void PackQuantPanel(const WeightView& w, int64_t r0, Q4Layout layout, uint8_t* o
         out += kQ4sPanelBlock;
       }
     } else {
-      __m256i t[8];
-      Transpose4x8(p, t);
-      Transpose4x8(p2, t + 4);
       auto* q = reinterpret_cast<__m256i*>(out + 32);
       for (int g = 0; g < 8; ++g) {
         _mm256_store_si256(q + g, t[g]);
@@ -587,7 +601,7 @@ inline Q4Layout Q4LayoutFor(int64_t m) {
 }
 
 void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, float* y,
-                     base::ThreadPool& pool) {
+                     base::ThreadPool& pool, const uint8_t* packed) {
   if (w.type == GgmlType::kQ4_0 && m <= 2) {
     MatMulQ4SmallBatch(w, xa, m, y, pool);
     return;
@@ -596,7 +610,7 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
   QuantGemmPanels(
       w, xa, m, y, pool, kQPanelRows, xa.nb * PanelBlockBytes(w.type, layout),
       w.type == GgmlType::kQ4_0 ? kQMrQ4 : kQMrQ8, kPanelBudgetBytes,
-      [&](int64_t r0, uint8_t* out) { PackQuantPanel(w, r0, layout, out); },
+      [&](int64_t r0, uint8_t* out) { PackQuantPanel(w, r0, layout, packed, out); },
       [&](int mr, const uint8_t* panel, const QuantizedActs& xi, float* yt, int nvalid) {
         QuantKernelTile(w.type, layout, mr, panel, xi, w.cols, yt, w.rows, nvalid);
       });
@@ -1589,7 +1603,7 @@ void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, base::
     case GgmlType::kQ4_0: {
       // The signed Q4_0 layout takes activations as x + 128 (u8).
       const bool offset = w.type == GgmlType::kQ4_0 && Q4LayoutFor(m) == Q4Layout::kSigned;
-      MatMulQuantAvx2(w, QuantizeActsParallel(x, m, w.cols, offset, pool), m, y, pool);
+      MatMulQuantAvx2(w, QuantizeActsParallel(x, m, w.cols, offset, pool), m, y, pool, packed);
       return;
     }
     case GgmlType::kF32:

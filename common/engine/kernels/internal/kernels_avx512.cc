@@ -691,7 +691,7 @@ void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, base
       if (vnni) {
         MatMulQuantVnni(w, packed, x, m, y, pool);
       } else {
-        MatMulAvx2(w, x, m, y, pool);
+        MatMulAvx2(w, x, m, y, pool, packed);
       }
       return;
     case GgmlType::kF32:

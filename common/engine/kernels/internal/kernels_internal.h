@@ -238,8 +238,9 @@ void DequantizeRowScalar(const WeightView& w, int64_t r, float* out);
 // unsigned) instead of q as s8.
 void QuantizeActsAvx2(const float* x, int64_t m, int64_t cols, bool offset128,
                       const QuantizedActs& out);
-// `packed`, when not null, is w's load-time copy (PrepackAvx2): the level
-// GEMM (Q4_K, Q6_K) then fills its panels from it (the same panel bytes).
+// `packed`, when not null, is w's load-time copy (PrepackAvx2): the Q4_0 /
+// Q8_0 and level (Q4_K, Q6_K) GEMMs then fill their panels from it (the same
+// panel bytes).
 void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
                 const uint8_t* packed = nullptr);
 void RmsNormAvx2(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
@@ -297,6 +298,7 @@ void PrepackedGemm(const WeightView& w, const uint8_t* packed, const QuantizedAc
 int64_t PrepackedAvx2Bytes(GgmlType type, int64_t rows, int64_t cols);
 // Batches above this many rows take the per-call paths (MatMul).
 inline constexpr int64_t kPrepackedMaxM = 16;
+inline constexpr int64_t kPrepackedLevelsVnniMaxM = 4;
 // The copy's K-quant panels (8 rows; layout in kernels_avx2.cc), which the
 // per-call level GEMMs also read: per super-block the level vectors, and
 // after all of them the factors.

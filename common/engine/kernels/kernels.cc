@@ -362,10 +362,10 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
   // Q4_K and Q6_K under VNNI: the copy's kernels are AVX2 ones (vpmaddubsw);
   // the per-call VNNI GEMM, its panels filled from the copy, wins above
   // kPrepackedLevelsVnniMaxM.
-  const bool vnni_levels = isa == Isa::kAvx512Vnni &&
-                           (w.type_ == GgmlType::kQ4_K || w.type_ == GgmlType::kQ6_K);
-  const int64_t packed_max_m = vnni_levels        ? internal::kPrepackedLevelsVnniMaxM
-                               : !is_float          ? internal::kPrepackedMaxM
+  const bool vnni_levels =
+      isa == Isa::kAvx512Vnni && (w.type_ == GgmlType::kQ4_K || w.type_ == GgmlType::kQ6_K);
+  const int64_t packed_max_m = vnni_levels         ? internal::kPrepackedLevelsVnniMaxM
+                               : !is_float         ? internal::kPrepackedMaxM
                                : isa == Isa::kAvx2 ? 3
                                                    : internal::kGemv512MaxM;
   // Past that, float types still read the copy (contiguous [k][16] halves)

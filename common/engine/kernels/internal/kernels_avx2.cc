@@ -267,8 +267,8 @@ void PackQuantPanel(const WeightView& w, int64_t r0, Q4Layout layout, const uint
     if (copy != nullptr) {
       hv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(copy + nb * copy_qbytes + 16 * b));
       for (int i = 0; i < (q4 ? 4 : 8); ++i) {
-        t[i] = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(copy + b * copy_qbytes + 32 * i));
+        t[i] =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(copy + b * copy_qbytes + 32 * i));
       }
     } else {
       const uint8_t* p[kQPanelRows];

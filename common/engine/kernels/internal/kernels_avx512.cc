@@ -203,7 +203,8 @@ void PackQuantPanel16FromCopy(const WeightView& w, const uint8_t* packed, int64_
   };
   for (int64_t b = 0; b < nb; ++b) {
     const __m256i h = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo_scales + 16 * b))),
+        _mm256_castsi128_si256(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(lo_scales + 16 * b))),
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi_scales + 16 * b)), 1);
     _mm512_store_ps(reinterpret_cast<float*>(out), _mm512_cvtph_ps(h));
     auto* q = reinterpret_cast<__m512i*>(out + 128);
@@ -301,8 +302,8 @@ void VnniTile(int mr, const uint8_t* panel, const QuantizedActs& xa, int64_t col
 
 constexpr int64_t kPanelBudgetBytes = 256 * 1024;
 
-void MatMulQuantVnni(const WeightView& w, const uint8_t* packed, const float* x, int64_t m, float* y,
-                     base::ThreadPool& pool) {
+void MatMulQuantVnni(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
+                     float* y, base::ThreadPool& pool) {
   static thread_local ScratchBuffer act_scratch;
   const QuantizedActs xa = AllocQuantizedActs(act_scratch, m, w.cols);
   // Q8_0 puts activations in vpdpbusd's unsigned operand: store x + 128.

@@ -260,7 +260,8 @@ void PackQuantPanel(const WeightView& w, int64_t r0, Q4Layout layout, const uint
   const bool q4 = w.type == GgmlType::kQ4_0;
   const int64_t block_bytes = q4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
   const int64_t copy_qbytes = q4 ? 128 : 256;
-  const uint8_t* copy = packed != nullptr ? packed + r0 / 8 * nb * (copy_qbytes + 16) : nullptr;
+  const uint8_t* copy =
+      packed != nullptr ? packed + r0 / 8 * PrepackedPanelBytesAvx2(w.type, w.cols) : nullptr;
   for (int64_t b = 0; b < nb; ++b) {
     __m128i hv;
     __m256i t[8];

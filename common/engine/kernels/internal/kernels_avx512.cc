@@ -120,7 +120,14 @@ inline void Transpose4x16(const uint8_t* const p[16], __m512i out[4]) {
   out[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-void PackQuantPanel16(const WeightView& w, int64_t r0, uint8_t* out) {
+// Packs rows [r0, r0 + 16) (missing rows repeat the last one; their results
+// are never stored) of a Q4_0/Q8_0 matrix, all blocks. The d values and the
+// transposed dwords (t[d] = dword d of each row's quant bytes, rows in lanes)
+// are gathered from w's rows, or, with `packed` (w's load-time copy), read
+// from its 8-row panels r0 / 8 and r0 / 8 + 1, back to back, which hold the
+// same values (PrepackPanel8; past the last panel the first half is
+// repeated): two contiguous streams instead of 16 rows.
+void PackQuantPanel16(const WeightView& w, int64_t r0, const uint8_t* packed, uint8_t* out) {
   const int64_t nb = w.cols / kQBlock;
   const bool q4 = w.type == GgmlType::kQ4_0;
   const int64_t block_bytes = q4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
@@ -128,6 +135,10 @@ void PackQuantPanel16(const WeightView& w, int64_t r0, uint8_t* out) {
   for (int r = 0; r < kPanelRows; ++r) {
     rows[r] = w.data + std::min(r0 + r, w.rows - 1) * w.row_bytes;
   }
+  const int64_t copy_qbytes = q4 ? 128 : 256;
+  const int64_t panel8 = PrepackedPanelBytesAvx2(w.type, w.cols);
+  const uint8_t* lo = packed != nullptr ? packed + r0 / 8 * panel8 : nullptr;
+  const uint8_t* hi = packed != nullptr && r0 / 8 + 1 < (w.rows + 7) / 8 ? lo + panel8 : lo;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i ones_u8 = _mm512_set1_epi8(1);
   // 16 row streams are more than the hardware prefetchers follow (as in
@@ -135,94 +146,55 @@ void PackQuantPanel16(const WeightView& w, int64_t r0, uint8_t* out) {
   // hand, once per new cache line.
   constexpr int64_t kPrefetchBytes = 512;
   for (int64_t b = 0; b < nb; ++b) {
-    const int64_t off = b * block_bytes;
-    if (off % 64 < block_bytes) {
-      const int64_t ahead = std::min(off + kPrefetchBytes, w.row_bytes - 1);
+    __m256i h;
+    __m512i t[8];
+    if (lo != nullptr) {
+      h = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(lo + nb * copy_qbytes + 16 * b))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi + nb * copy_qbytes + 16 * b)), 1);
+      for (int i = 0; i < (q4 ? 4 : 8); ++i) {
+        t[i] = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(lo + b * copy_qbytes + 32 * i))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + b * copy_qbytes + 32 * i)), 1);
+      }
+    } else {
+      const int64_t off = b * block_bytes;
+      if (off % 64 < block_bytes) {
+        const int64_t ahead = std::min(off + kPrefetchBytes, w.row_bytes - 1);
+        for (int r = 0; r < kPanelRows; ++r) {
+          __builtin_prefetch(rows[r] + ahead);
+        }
+      }
+      const uint8_t* p[kPanelRows];
+      const uint8_t* p2[kPanelRows];
+      alignas(32) uint16_t hs[kPanelRows];
       for (int r = 0; r < kPanelRows; ++r) {
-        __builtin_prefetch(rows[r] + ahead);
+        const uint8_t* blk = rows[r] + off;
+        hs[r] = LoadU16(blk);
+        p[r] = blk + 2;
+        p2[r] = blk + 18;
+      }
+      h = _mm256_load_si256(reinterpret_cast<const __m256i*>(hs));
+      Transpose4x16(p, t);
+      if (!q4) {
+        Transpose4x16(p2, t + 4);
       }
     }
-    const uint8_t* p[kPanelRows];
-    const uint8_t* p2[kPanelRows];
-    alignas(32) uint16_t h[kPanelRows];
-    for (int r = 0; r < kPanelRows; ++r) {
-      const uint8_t* blk = rows[r] + off;
-      h[r] = LoadU16(blk);
-      p[r] = blk + 2;
-      p2[r] = blk + 18;
-    }
-    _mm512_store_ps(reinterpret_cast<float*>(out),
-                    _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h))));
+    _mm512_store_ps(reinterpret_cast<float*>(out), _mm512_cvtph_ps(h));
     auto* q = reinterpret_cast<__m512i*>(out + 128);
     if (q4) {
-      __m512i t[4];
-      Transpose4x16(p, t);
       for (int d = 0; d < 4; ++d) {
         _mm512_store_si512(q + d, _mm512_and_si512(t[d], m4));
         _mm512_store_si512(q + 4 + d, _mm512_and_si512(_mm512_srli_epi16(t[d], 4), m4));
       }
       _mm512_store_si512(reinterpret_cast<__m512i*>(out + 64), _mm512_setzero_si512());
     } else {
-      __m512i t[8];
-      Transpose4x16(p, t);
-      Transpose4x16(p2, t + 4);
       __m512i sum = _mm512_setzero_si512();
       for (int g = 0; g < 8; ++g) {
         _mm512_store_si512(q + g, t[g]);
         sum = _mm512_dpbusd_epi32(sum, ones_u8, t[g]);  // per-row sum of the 4 bytes
-      }
-      _mm512_store_si512(reinterpret_cast<__m512i*>(out + 64), _mm512_slli_epi32(sum, 7));
-    }
-    out += kPanelBlock;
-  }
-}
-
-// PackQuantPanel16's panel for rows 16 p16 .. 16 p16 + 15 from the load-time
-// copy (PrepackAvx2's 8-row panels 2 p16 and 2 p16 + 1, back to back; the
-// second half repeats the first past the last panel, lanes never stored):
-// dword r of the copy's vector d is row r's bytes 4d..4d+3 of the block, as
-// PackQuantPanel16 transposes them, so the same panel bytes come out of two
-// contiguous streams instead of 16 gathered rows.
-void PackQuantPanel16FromCopy(const WeightView& w, const uint8_t* packed, int64_t p16,
-                              uint8_t* out) {
-  const int64_t nb = w.cols / kQBlock;
-  const bool q4 = w.type == GgmlType::kQ4_0;
-  const int64_t qbytes = q4 ? 128 : 256;
-  const int64_t panel8 = PrepackedPanelBytesAvx2(w.type, w.cols);
-  const int64_t n_panels8 = (w.rows + 7) / 8;
-  const uint8_t* lo = packed + 2 * p16 * panel8;
-  const uint8_t* hi = 2 * p16 + 1 < n_panels8 ? lo + panel8 : lo;
-  const uint8_t* lo_scales = lo + nb * qbytes;
-  const uint8_t* hi_scales = hi + nb * qbytes;
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m512i ones_u8 = _mm512_set1_epi8(1);
-  auto load16 = [](const uint8_t* a, const uint8_t* b) {
-    return _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
-  };
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256i h = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(lo_scales + 16 * b))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi_scales + 16 * b)), 1);
-    _mm512_store_ps(reinterpret_cast<float*>(out), _mm512_cvtph_ps(h));
-    auto* q = reinterpret_cast<__m512i*>(out + 128);
-    const uint8_t* ql = lo + b * qbytes;
-    const uint8_t* qh = hi + b * qbytes;
-    if (q4) {
-      for (int d = 0; d < 4; ++d) {
-        const __m512i t = load16(ql + 32 * d, qh + 32 * d);
-        _mm512_store_si512(q + d, _mm512_and_si512(t, m4));
-        _mm512_store_si512(q + 4 + d, _mm512_and_si512(_mm512_srli_epi16(t, 4), m4));
-      }
-      _mm512_store_si512(reinterpret_cast<__m512i*>(out + 64), _mm512_setzero_si512());
-    } else {
-      __m512i sum = _mm512_setzero_si512();
-      for (int g = 0; g < 8; ++g) {
-        const __m512i t = load16(ql + 32 * g, qh + 32 * g);
-        _mm512_store_si512(q + g, t);
-        sum = _mm512_dpbusd_epi32(sum, ones_u8, t);
       }
       _mm512_store_si512(reinterpret_cast<__m512i*>(out + 64), _mm512_slli_epi32(sum, 7));
     }
@@ -319,13 +291,7 @@ void MatMulQuantVnni(const WeightView& w, const uint8_t* packed, const float* x,
   const bool q4 = w.type == GgmlType::kQ4_0;
   QuantGemmPanels(
       w, xa, m, y, pool, kPanelRows, xa.nb * kPanelBlock, kQMr, kPanelBudgetBytes,
-      [&](int64_t r0, uint8_t* out) {
-        if (packed != nullptr) {
-          PackQuantPanel16FromCopy(w, packed, r0 / kPanelRows, out);
-        } else {
-          PackQuantPanel16(w, r0, out);
-        }
-      },
+      [&](int64_t r0, uint8_t* out) { PackQuantPanel16(w, r0, packed, out); },
       [&](int mr, const uint8_t* panel, const QuantizedActs& xi, float* yt, int nvalid) {
         if (q4) {
           VnniTile<true>(mr, panel, xi, w.cols, yt, w.rows, nvalid);

@@ -94,13 +94,39 @@ void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, b
   const int64_t n_panels = (w.rows + kFloatPanelRows - 1) / kFloatPanelRows;
   const int64_t n_tasks = (n_panels + kGroup - 1) / kGroup;
   const int64_t panel_floats = kFloatPanelRows * kFloatKc;
+  const int64_t cols = w.cols;
+  const int64_t n_tiles = (m + mr_max - 1) / mr_max;
+  // Activations k-major per tile: tile t (rows [i0, i0 + mr)) at xp + i0 * cols.
+  static thread_local ScratchBuffer x_scratch;
+  auto* xp = static_cast<float*>(x_scratch.Get(static_cast<size_t>(m * cols) * sizeof(float)));
+  auto pack_tiles = [&](int64_t t_begin, int64_t t_end) {
+    int64_t i0 = 0;
+    for (int64_t t = 0; t < t_begin; ++t) {
+      i0 += BalancedTile(m, n_tiles, t);
+    }
+    for (int64_t t = t_begin; t < t_end; i0 += BalancedTile(m, n_tiles, t++)) {
+      const int mr = BalancedTile(m, n_tiles, t);
+      float* out = xp + i0 * cols;
+      for (int i = 0; i < mr; ++i) {
+        const float* xi = x + (i0 + i) * cols;
+        for (int64_t k = 0; k < cols; ++k) {
+          out[k * mr + i] = xi[k];
+        }
+      }
+    }
+  };
+  if (m * cols >= (int64_t{1} << 16)) {
+    pool.ParallelFor(n_tiles, 1, pack_tiles);
+  } else {
+    pack_tiles(0, n_tiles);
+  }
   pool.Run(n_tasks, [&](int64_t task, int /*thread*/) {
     static thread_local ScratchBuffer scratch;
     auto* buffer = static_cast<float*>(scratch.Get(kGroup * panel_floats * sizeof(float)));
     const int64_t p0 = task * kGroup;
     const int64_t np = std::min(kGroup, n_panels - p0);
-    for (int64_t k0 = 0; k0 < w.cols; k0 += kFloatKc) {
-      const int64_t kc = std::min(kFloatKc, w.cols - k0);
+    for (int64_t k0 = 0; k0 < cols; k0 += kFloatKc) {
+      const int64_t kc = std::min(kFloatKc, cols - k0);
       for (int64_t p = 0; p < np; ++p) {
         if (packed != nullptr) {
           ConvertFloatPanelAvx2(w, packed, p0 + p, k0, kc, buffer + p * panel_floats);
@@ -108,22 +134,20 @@ void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, b
           PackFloatPanel16Avx2(w, (p0 + p) * kFloatPanelRows, k0, kc, buffer + p * panel_floats);
         }
       }
-      const int64_t n_tiles = (m + mr_max - 1) / mr_max;
       for (int64_t t = 0, i0 = 0; t < n_tiles; i0 += BalancedTile(m, n_tiles, t++)) {
         const int mr = BalancedTile(m, n_tiles, t);
+        const float* xi = xp + i0 * cols + k0 * mr;
         for (int64_t p = 0; p < np;) {
           const int64_t r0 = (p0 + p) * kFloatPanelRows;
-          const float* xi = x + i0 * w.cols + k0;
           float* yi = y + i0 * w.rows + r0;
           if (tile2 != nullptr && p + 1 < np) {
             const int nvalid2 = static_cast<int>(
                 std::min<int64_t>(kFloatPanelRows, w.rows - r0 - kFloatPanelRows));
-            tile2(mr, buffer + p * panel_floats, panel_floats, kc, xi, w.cols, yi, w.rows, nvalid2,
-                  k0 > 0);
+            tile2(mr, buffer + p * panel_floats, panel_floats, kc, xi, yi, w.rows, nvalid2, k0 > 0);
             p += 2;
           } else {
             const int nvalid = static_cast<int>(std::min<int64_t>(kFloatPanelRows, w.rows - r0));
-            tile(mr, buffer + p * panel_floats, kc, xi, w.cols, yi, w.rows, nvalid, k0 > 0);
+            tile(mr, buffer + p * panel_floats, kc, xi, yi, w.rows, nvalid, k0 > 0);
             p += 1;
           }
         }

@@ -1300,26 +1300,20 @@ void PackFloatPanel16(const WeightView& w, int64_t r0, int64_t k0, int64_t kc, f
 }
 
 template <int MR>
-void KernelF32x16(const float* panel, int64_t kc, const float* x, int64_t ldx, float* y,
-                  int64_t ldy, int nvalid, bool accumulate) {
+void KernelF32x16(const float* panel, int64_t kc, const float* x, float* y, int64_t ldy, int nvalid,
+                  bool accumulate) {
   static_assert(MR >= 1 && MR <= 6);
   __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0;
   __m256 a3 = a0, b3 = a0, a4 = a0, b4 = a0, a5 = a0, b5 = a0;
-  const float* x0 = x;
-  const float* x1 = x + ldx;
-  const float* x2 = x + 2 * ldx;
-  const float* x3 = x + 3 * ldx;
-  const float* x4 = x + 4 * ldx;
-  const float* x5 = x + 5 * ldx;
 #pragma GCC unroll 2
-  for (int64_t k = 0; k < kc; ++k) {
+  for (int64_t k = 0; k < kc; ++k, x += MR) {
     const __m256 w0 = _mm256_load_ps(panel + k * kFPanelRows);
     const __m256 w1 = _mm256_load_ps(panel + k * kFPanelRows + 8);
-#define F_STEP(I)                                    \
-  {                                                  \
-    const __m256 xb = _mm256_broadcast_ss(x##I + k); \
-    a##I = _mm256_fmadd_ps(w0, xb, a##I);            \
-    b##I = _mm256_fmadd_ps(w1, xb, b##I);            \
+#define F_STEP(I)                                 \
+  {                                               \
+    const __m256 xb = _mm256_broadcast_ss(x + I); \
+    a##I = _mm256_fmadd_ps(w0, xb, a##I);         \
+    b##I = _mm256_fmadd_ps(w1, xb, b##I);         \
   }
     TANDEM_FOR_MR(F_STEP)
 #undef F_STEP
@@ -1329,26 +1323,26 @@ void KernelF32x16(const float* panel, int64_t kc, const float* x, int64_t ldx, f
 #undef F_STORE
 }
 
-void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, int64_t ldx, float* y,
-                   int64_t ldy, int nvalid, bool accumulate) {
+void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, float* y, int64_t ldy,
+                   int nvalid, bool accumulate) {
   switch (mr) {
     case 1:
-      KernelF32x16<1>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+      KernelF32x16<1>(panel, kc, x, y, ldy, nvalid, accumulate);
       break;
     case 2:
-      KernelF32x16<2>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+      KernelF32x16<2>(panel, kc, x, y, ldy, nvalid, accumulate);
       break;
     case 3:
-      KernelF32x16<3>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+      KernelF32x16<3>(panel, kc, x, y, ldy, nvalid, accumulate);
       break;
     case 4:
-      KernelF32x16<4>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+      KernelF32x16<4>(panel, kc, x, y, ldy, nvalid, accumulate);
       break;
     case 5:
-      KernelF32x16<5>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+      KernelF32x16<5>(panel, kc, x, y, ldy, nvalid, accumulate);
       break;
     default:
-      KernelF32x16<6>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+      KernelF32x16<6>(panel, kc, x, y, ldy, nvalid, accumulate);
       break;
   }
 }

@@ -308,14 +308,14 @@ void MatMulQuantVnni(const WeightView& w, const uint8_t* packed, const float* x,
 constexpr int kFMr = 12;
 
 template <int MR>
-void KernelF32x16(const float* panel, int64_t kc, const float* x, int64_t ldx, float* y,
-                  int64_t ldy, int nvalid, bool accumulate) {
+void KernelF32x16(const float* panel, int64_t kc, const float* x, float* y, int64_t ldy, int nvalid,
+                  bool accumulate) {
   static_assert(MR >= 1 && MR <= kFMr);
   __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
          c8 = c0, c9 = c0, c10 = c0, c11 = c0;
-  for (int64_t k = 0; k < kc; ++k) {
+  for (int64_t k = 0; k < kc; ++k, x += MR) {
     const __m512 w = _mm512_load_ps(panel + k * kPanelRows);
-#define F_STEP(I) c##I = _mm512_fmadd_ps(w, _mm512_set1_ps(x[I * ldx + k]), c##I);
+#define F_STEP(I) c##I = _mm512_fmadd_ps(w, _mm512_set1_ps(x[I]), c##I);
     TANDEM_FOR_MR12(F_STEP)
 #undef F_STEP
   }
@@ -356,10 +356,10 @@ void WithMr(int mr, F&& f) {
   }
 }
 
-void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, int64_t ldx, float* y,
-                   int64_t ldy, int nvalid, bool accumulate) {
+void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, float* y, int64_t ldy,
+                   int nvalid, bool accumulate) {
   WithMr(mr, [&](auto n) {
-    KernelF32x16<decltype(n)::value>(panel, kc, x, ldx, y, ldy, nvalid, accumulate);
+    KernelF32x16<decltype(n)::value>(panel, kc, x, y, ldy, nvalid, accumulate);
   });
 }
 
@@ -368,22 +368,22 @@ void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, int64
 // no longer bound the FMAs. Per lane the same FMAs in k order: the bits of
 // two KernelF32x16 calls.
 template <int MR>
-void KernelF32x32(const float* panel, int64_t panel_stride, int64_t kc, const float* x,
-                  int64_t ldx, float* y, int64_t ldy, int nvalid2, bool accumulate) {
+void KernelF32x32(const float* panel, int64_t panel_stride, int64_t kc, const float* x, float* y,
+                  int64_t ldy, int nvalid2, bool accumulate) {
   static_assert(MR >= 1 && MR <= kFMr);
   const float* panel2 = panel + panel_stride;
   __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
          c8 = c0, c9 = c0, c10 = c0, c11 = c0;
   __m512 d0 = c0, d1 = c0, d2 = c0, d3 = c0, d4 = c0, d5 = c0, d6 = c0, d7 = c0, d8 = c0, d9 = c0,
          d10 = c0, d11 = c0;
-  for (int64_t k = 0; k < kc; ++k) {
+  for (int64_t k = 0; k < kc; ++k, x += MR) {
     const __m512 w = _mm512_load_ps(panel + k * kPanelRows);
     const __m512 w2 = _mm512_load_ps(panel2 + k * kPanelRows);
-#define F_STEP(I)                                     \
-  {                                                   \
-    const __m512 xb = _mm512_set1_ps(x[I * ldx + k]); \
-    c##I = _mm512_fmadd_ps(w, xb, c##I);              \
-    d##I = _mm512_fmadd_ps(w2, xb, d##I);             \
+#define F_STEP(I)                           \
+  {                                         \
+    const __m512 xb = _mm512_set1_ps(x[I]); \
+    c##I = _mm512_fmadd_ps(w, xb, c##I);    \
+    d##I = _mm512_fmadd_ps(w2, xb, d##I);   \
   }
     TANDEM_FOR_MR12(F_STEP)
 #undef F_STEP
@@ -404,9 +404,9 @@ void KernelF32x32(const float* panel, int64_t panel_stride, int64_t kc, const fl
 }
 
 void KernelF32Tile2(int mr, const float* panel, int64_t panel_stride, int64_t kc, const float* x,
-                    int64_t ldx, float* y, int64_t ldy, int nvalid2, bool accumulate) {
+                    float* y, int64_t ldy, int nvalid2, bool accumulate) {
   WithMr(mr, [&](auto n) {
-    KernelF32x32<decltype(n)::value>(panel, panel_stride, kc, x, ldx, y, ldy, nvalid2, accumulate);
+    KernelF32x32<decltype(n)::value>(panel, panel_stride, kc, x, y, ldy, nvalid2, accumulate);
   });
 }
 

@@ -189,17 +189,17 @@ void QuantGemmPanels(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
 inline constexpr int64_t kFloatKc = 256;
 inline constexpr int kFloatPanelRows = 16;
 
-// y[i][0..nvalid) for i < mr from one packed panel [kc][16] and activation
-// rows x[i][0..kc) (stride ldx); adds to y when `accumulate`.
-using FloatTileFn = void (*)(int mr, const float* panel, int64_t kc, const float* x, int64_t ldx,
-                             float* y, int64_t ldy, int nvalid, bool accumulate);
+// y[i][0..nvalid) for i < mr from one packed panel [kc][16] and the mr
+// activation rows packed k-major, x[k * mr + i] (one stream, fixed offsets per
+// row; GemmFloatPanels copies them so); adds to y when `accumulate`.
+using FloatTileFn = void (*)(int mr, const float* panel, int64_t kc, const float* x, float* y,
+                             int64_t ldy, int nvalid, bool accumulate);
 
 // The same for two consecutive packed panels (32 weight rows; the second at
 // panel + panel_stride, with nvalid2 valid rows; the first is whole): per
 // lane the same FMAs in the same order as two `FloatTileFn` calls.
 using FloatTile2Fn = void (*)(int mr, const float* panel, int64_t panel_stride, int64_t kc,
-                              const float* x, int64_t ldx, float* y, int64_t ldy, int nvalid2,
-                              bool accumulate);
+                              const float* x, float* y, int64_t ldy, int nvalid2, bool accumulate);
 
 // The float GEMM: tasks of 4 panels of 16 weight rows, converted to fp32 per
 // kFloatKc columns into a per-thread buffer, every activation tile (at most
@@ -207,7 +207,12 @@ using FloatTile2Fn = void (*)(int mr, const float* panel, int64_t panel_stride, 
 // given) and `tile`. The panels come from w (PackFloatPanel16Avx2: sixteen
 // rows gathered and transposed) or, for F16/BF16 with `packed` (the load-time
 // copy, PrepackAvx2), from its [k][16] chunks (ConvertFloatPanelAvx2: one
-// contiguous stream): the same values either way. Plain control code:
+// contiguous stream): the same values either way. The activations are first
+// copied k-major per tile (tile t's rows [i0, i0 + mr) to x_packed[i0 * cols
+// + k * mr + i]): the micro-kernels then broadcast from one pointer at fixed
+// offsets instead of mr row streams 4 * cols bytes apart (GPR spills, and L1
+// set conflicts at power-of-two cols). Only the layout changes, not the
+// values or their order. Plain control code:
 // compiled without ISA flags, the ISA lives in the tiles and converters.
 void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
                      int mr_max, FloatTileFn tile, FloatTile2Fn tile2 = nullptr,

@@ -88,14 +88,18 @@ WeightView ViewOf(GgmlType type, const uint8_t* data, int64_t rows, int64_t cols
 
 namespace internal {
 
-void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
-                     int mr_max, FloatTileFn tile, FloatTile2Fn tile2, const uint8_t* packed) {
+void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y,
+                     base::ThreadPool& pool, int mr_max, FloatTileFn tile, FloatTile2Fn tile2,
+                     const uint8_t* packed, FloatTile2HalfFn tile2_half) {
   constexpr int64_t kGroup = 4;  // panels per task (64 rows)
   const int64_t n_panels = (w.rows + kFloatPanelRows - 1) / kFloatPanelRows;
   const int64_t n_tasks = (n_panels + kGroup - 1) / kGroup;
   const int64_t panel_floats = kFloatPanelRows * kFloatKc;
   const int64_t cols = w.cols;
   const int64_t n_tiles = (m + mr_max - 1) / mr_max;
+  const int64_t copy_panel_bytes = PrepackedFloatPanelBytes(cols);
+  const bool half_pairs = packed != nullptr && tile2 != nullptr && tile2_half != nullptr &&
+                          n_tiles <= kFloatHalfMaxTiles;
   // Activations k-major per tile: tile t (rows [i0, i0 + mr)) at xp + i0 * cols.
   static thread_local ScratchBuffer x_scratch;
   auto* xp = static_cast<float*>(x_scratch.Get(static_cast<size_t>(m * cols) * sizeof(float)));
@@ -127,7 +131,8 @@ void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, b
     const int64_t np = std::min(kGroup, n_panels - p0);
     for (int64_t k0 = 0; k0 < cols; k0 += kFloatKc) {
       const int64_t kc = std::min(kFloatKc, cols - k0);
-      for (int64_t p = 0; p < np; ++p) {
+      // With half_pairs only an odd last panel goes through the buffer.
+      for (int64_t p = half_pairs ? np - np % 2 : 0; p < np; ++p) {
         if (packed != nullptr) {
           ConvertFloatPanelAvx2(w, packed, p0 + p, k0, kc, buffer + p * panel_floats);
         } else {
@@ -143,7 +148,13 @@ void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, b
           if (tile2 != nullptr && p + 1 < np) {
             const int nvalid2 = static_cast<int>(
                 std::min<int64_t>(kFloatPanelRows, w.rows - r0 - kFloatPanelRows));
-            tile2(mr, buffer + p * panel_floats, panel_floats, kc, xi, yi, w.rows, nvalid2, k0 > 0);
+            if (half_pairs) {
+              tile2_half(mr, packed + (p0 + p) * copy_panel_bytes + k0 * kFloatPanelRows * 2,
+                         copy_panel_bytes, kc, xi, yi, w.rows, nvalid2, k0 > 0);
+            } else {
+              tile2(mr, buffer + p * panel_floats, panel_floats, kc, xi, yi, w.rows, nvalid2,
+                    k0 > 0);
+            }
             p += 2;
           } else {
             const int nvalid = static_cast<int>(std::min<int64_t>(kFloatPanelRows, w.rows - r0));

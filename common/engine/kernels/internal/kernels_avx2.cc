@@ -1461,8 +1461,7 @@ void MatMulFloat(const WeightView& w, const float* x, int64_t m, float* y, base:
 // in chunk order; rows 0-7 and 8-15 of a panel are two independent chains
 // per activation row.
 constexpr int kF16PanelRows = 16;
-
-int64_t PrepackedFloatPanelBytes(int64_t cols) { return cols * kF16PanelRows * 2; }
+static_assert(kF16PanelRows == kFloatPanelRows, "PrepackedFloatPanelBytes' layout");
 
 void PrepackFloatPanel(const WeightView& w, int64_t p, uint8_t* out) {
   for (int r = 0; r < kF16PanelRows; ++r) {

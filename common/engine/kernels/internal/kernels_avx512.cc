@@ -367,18 +367,36 @@ void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, float
 // broadcasts feed 2 MR FMAs (KernelF32x16: 1 + MR loads per MR), so the loads
 // no longer bound the FMAs. Per lane the same FMAs in k order: the bits of
 // two KernelF32x16 calls.
-template <int MR>
-void KernelF32x32(const float* panel, int64_t panel_stride, int64_t kc, const float* x, float* y,
+//
+// Src: the panels' values as fp32 (GgmlType::kF32, strides in floats) or the
+// load-time copy's F16 / BF16 halves, widened as loaded (strides in bytes).
+template <GgmlType Src>
+inline __m512 LoadPanelRow(const void* base, int64_t k) {
+  if constexpr (Src == GgmlType::kF32) {
+    return _mm512_load_ps(static_cast<const float*>(base) + k * kPanelRows);
+  } else {
+    const __m256i h = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(static_cast<const uint8_t*>(base) + k * kPanelRows * 2));
+    if constexpr (Src == GgmlType::kF16) {
+      return _mm512_cvtph_ps(h);
+    } else {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+  }
+}
+
+template <int MR, GgmlType Src, typename T>
+void KernelF32x32(const T* panel, int64_t panel_stride, int64_t kc, const float* x, float* y,
                   int64_t ldy, int nvalid2, bool accumulate) {
   static_assert(MR >= 1 && MR <= kFMr);
-  const float* panel2 = panel + panel_stride;
+  const T* panel2 = panel + panel_stride;
   __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
          c8 = c0, c9 = c0, c10 = c0, c11 = c0;
   __m512 d0 = c0, d1 = c0, d2 = c0, d3 = c0, d4 = c0, d5 = c0, d6 = c0, d7 = c0, d8 = c0, d9 = c0,
          d10 = c0, d11 = c0;
   for (int64_t k = 0; k < kc; ++k, x += MR) {
-    const __m512 w = _mm512_load_ps(panel + k * kPanelRows);
-    const __m512 w2 = _mm512_load_ps(panel2 + k * kPanelRows);
+    const __m512 w = LoadPanelRow<Src>(panel, k);
+    const __m512 w2 = LoadPanelRow<Src>(panel2, k);
 #define F_STEP(I)                           \
   {                                         \
     const __m512 xb = _mm512_set1_ps(x[I]); \
@@ -406,7 +424,16 @@ void KernelF32x32(const float* panel, int64_t panel_stride, int64_t kc, const fl
 void KernelF32Tile2(int mr, const float* panel, int64_t panel_stride, int64_t kc, const float* x,
                     float* y, int64_t ldy, int nvalid2, bool accumulate) {
   WithMr(mr, [&](auto n) {
-    KernelF32x32<decltype(n)::value>(panel, panel_stride, kc, x, y, ldy, nvalid2, accumulate);
+    KernelF32x32<decltype(n)::value, GgmlType::kF32>(panel, panel_stride, kc, x, y, ldy, nvalid2,
+                                                     accumulate);
+  });
+}
+
+template <GgmlType Src>
+void KernelHalfTile2(int mr, const uint8_t* half, int64_t stride, int64_t kc, const float* x,
+                     float* y, int64_t ldy, int nvalid2, bool accumulate) {
+  WithMr(mr, [&](auto n) {
+    KernelF32x32<decltype(n)::value, Src>(half, stride, kc, x, y, ldy, nvalid2, accumulate);
   });
 }
 
@@ -628,8 +655,10 @@ void MatMulFloatPrepacked512(const WeightView& w, const uint8_t* packed, const f
 void MatMulPrepackedAvx512(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
                            float* y, base::ThreadPool& pool, bool vnni) {
   if (w.type == GgmlType::kF16 || w.type == GgmlType::kBF16) {
-    if (m > kGemv512MaxM) {  // the GEMM, its fp32 panels converted per call from the copy
-      GemmFloatPanels(w, x, m, y, pool, kFMr, KernelF32Tile, KernelF32Tile2, packed);
+    if (m > kGemv512MaxM) {  // the GEMM on the copy (converted per call past 3 tiles)
+      GemmFloatPanels(w, x, m, y, pool, kFMr, KernelF32Tile, KernelF32Tile2, packed,
+                      w.type == GgmlType::kF16 ? KernelHalfTile2<GgmlType::kF16>
+                                               : KernelHalfTile2<GgmlType::kBF16>);
       return;
     }
     if (w.type == GgmlType::kF16) {

@@ -188,6 +188,8 @@ void QuantGemmPanels(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
 // the GEMV must use the same value (batch invariance).
 inline constexpr int64_t kFloatKc = 256;
 inline constexpr int kFloatPanelRows = 16;
+// Bytes per 16-row panel of an F16/BF16 matrix's load-time copy ([k][16] halves).
+inline int64_t PrepackedFloatPanelBytes(int64_t cols) { return cols * kFloatPanelRows * 2; }
 
 // y[i][0..nvalid) for i < mr from one packed panel [kc][16] and the mr
 // activation rows packed k-major, x[k * mr + i] (one stream, fixed offsets per
@@ -201,6 +203,17 @@ using FloatTileFn = void (*)(int mr, const float* panel, int64_t kc, const float
 using FloatTile2Fn = void (*)(int mr, const float* panel, int64_t panel_stride, int64_t kc,
                               const float* x, float* y, int64_t ldy, int nvalid2, bool accumulate);
 
+// FloatTile2Fn on two panels of the load-time copy as they are ([kc][16]
+// halves from `half`, the second at half + stride bytes), each value widened
+// to fp32 as it is loaded: the same values and FMAs, no panel written.
+using FloatTile2HalfFn = void (*)(int mr, const uint8_t* half, int64_t stride, int64_t kc,
+                                  const float* x, float* y, int64_t ldy, int nvalid2,
+                                  bool accumulate);
+// Up to this many activation tiles, a GEMM given a FloatTile2HalfFn sweeps the
+// copy with it rather than convert each chunk into the buffer first (which
+// costs a store and a load of every value, repaid only over many tiles).
+inline constexpr int64_t kFloatHalfMaxTiles = 3;
+
 // The float GEMM: tasks of 4 panels of 16 weight rows, converted to fp32 per
 // kFloatKc columns into a per-thread buffer, every activation tile (at most
 // `mr_max` rows, balanced) swept over them by `tile2` (pairs of panels, when
@@ -212,11 +225,14 @@ using FloatTile2Fn = void (*)(int mr, const float* panel, int64_t panel_stride, 
 // + k * mr + i]): the micro-kernels then broadcast from one pointer at fixed
 // offsets instead of mr row streams 4 * cols bytes apart (GPR spills, and L1
 // set conflicts at power-of-two cols). Only the layout changes, not the
-// values or their order. Plain control code:
+// values or their order. With `tile2_half` and at most kFloatHalfMaxTiles
+// tiles, pairs of panels are read from the copy by it instead (an odd last
+// panel still goes through the buffer). Plain control code:
 // compiled without ISA flags, the ISA lives in the tiles and converters.
-void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
-                     int mr_max, FloatTileFn tile, FloatTile2Fn tile2 = nullptr,
-                     const uint8_t* packed = nullptr);
+void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y,
+                     base::ThreadPool& pool, int mr_max, FloatTileFn tile,
+                     FloatTile2Fn tile2 = nullptr, const uint8_t* packed = nullptr,
+                     FloatTile2HalfFn tile2_half = nullptr);
 
 // --- Attention ---------------------------------------------------------------
 // State of the online softmax of one query head.

@@ -320,8 +320,9 @@ int64_t PrepackedAvx2Bytes(GgmlType type, int64_t rows, int64_t cols);
 // Batches above this many rows take the per-call paths (MatMul).
 inline constexpr int64_t kPrepackedMaxM = 16;
 // Q4_K and Q6_K under VNNI: the copy's kernels for them are AVX2 ones, and
-// the per-call VNNI GEMM (panels filled from the copy) is faster above this.
-inline constexpr int64_t kPrepackedLevelsVnniMaxM = 4;
+// the VNNI level GEMM is faster above this (up to batch 8 reading the copy
+// as it is, beyond that filling per-call panels from it).
+inline constexpr int64_t kPrepackedLevelsVnniMaxM = 2;
 // The copy's K-quant panels (8 rows; layout in kernels_avx2.cc), which the
 // per-call level GEMMs also read: per super-block the level vectors, and
 // after all of them the factors.

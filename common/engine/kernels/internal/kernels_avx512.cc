@@ -120,6 +120,14 @@ inline void Transpose4x16(const uint8_t* const p[16], __m512i out[4]) {
   out[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
+// The 32 bytes at lo + at in the low half and those at hi + at in the high
+// half: 16 rows from two 8-row panels of a load-time copy (rows in lanes).
+inline __m512i LoadPanelPair(const uint8_t* lo, const uint8_t* hi, int64_t at) {
+  return _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + at))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + at)), 1);
+}
+
 // Packs rows [r0, r0 + 16) (missing rows repeat the last one; their results
 // are never stored) of a Q4_0/Q8_0 matrix, all blocks. The d values and the
 // transposed dwords (t[d] = dword d of each row's quant bytes, rows in lanes)
@@ -154,10 +162,7 @@ void PackQuantPanel16(const WeightView& w, int64_t r0, const uint8_t* packed, ui
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(lo + nb * copy_qbytes + 16 * b))),
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi + nb * copy_qbytes + 16 * b)), 1);
       for (int i = 0; i < (q4 ? 4 : 8); ++i) {
-        t[i] = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_loadu_si256(
-                reinterpret_cast<const __m256i*>(lo + b * copy_qbytes + 32 * i))),
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + b * copy_qbytes + 32 * i)), 1);
+        t[i] = LoadPanelPair(lo, hi, b * copy_qbytes + 32 * i);
       }
     } else {
       const int64_t off = b * block_bytes;
@@ -600,13 +605,7 @@ void GemvPrepacked512(const WeightView& w, const uint8_t* panel, int64_t r0, con
       if ((k & 1) == 0) {
         _mm_prefetch(reinterpret_cast<const char*>(pk + kPrefetchAheadBytes), _MM_HINT_T0);
       }
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pk));
-      __m512 wv;
-      if constexpr (T == GgmlType::kF16) {
-        wv = _mm512_cvtph_ps(h);
-      } else {
-        wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-      }
+      const __m512 wv = LoadPanelRow<T>(panel, k);
       for (int i = 0; i < MI; ++i) {
         acc[i] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[i * cols + k]), acc[i]);
       }

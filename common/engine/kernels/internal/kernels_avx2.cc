@@ -13,7 +13,9 @@
 // thread streams its share of the weights once per call, at any batch.
 // Batch 1-2 Q4_0 transposes blocks in registers without a panel buffer
 // (FusedQ4Rows8); batch <= 3 float types transpose 8x8 tiles in registers
-// and read F16/BF16 in place (GemvRows8).
+// and read F16/BF16 in place (GemvRows8); with the load-time copy, F16/BF16
+// GEMMs of up to kFloatHalfMaxTiles activation tiles read the copy's halves
+// directly (KernelHalfTile2), larger ones convert fp32 panels per call.
 //
 // Every path is batch-invariant: a row's output bits do not depend on m or
 // on the row's place in the batch. Quantized paths sum exact integer block
@@ -1299,16 +1301,19 @@ void PackFloatPanel16(const WeightView& w, int64_t r0, int64_t k0, int64_t kc, f
   }
 }
 
-template <int MR>
-void KernelF32x16(const float* panel, int64_t kc, const float* x, float* y, int64_t ldy, int nvalid,
-                  bool accumulate) {
+// One 16-row panel [kc][16] of fp32 (the GEMM's buffer) or of the load-time
+// copy's halves (Src = F16 / BF16, each value widened as it is loaded: the
+// same values, so the same FMAs in the same order).
+template <int MR, GgmlType Src>
+void KernelF32x16(const uint8_t* panel, int64_t kc, const float* x, float* y, int64_t ldy,
+                  int nvalid, bool accumulate) {
   static_assert(MR >= 1 && MR <= 6);
   __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0;
   __m256 a3 = a0, b3 = a0, a4 = a0, b4 = a0, a5 = a0, b5 = a0;
 #pragma GCC unroll 2
   for (int64_t k = 0; k < kc; ++k, x += MR) {
-    const __m256 w0 = _mm256_load_ps(panel + k * kFPanelRows);
-    const __m256 w1 = _mm256_load_ps(panel + k * kFPanelRows + 8);
+    const __m256 w0 = Load8<Src>(panel, k * kFPanelRows);
+    const __m256 w1 = Load8<Src>(panel, k * kFPanelRows + 8);
 #define F_STEP(I)                                 \
   {                                               \
     const __m256 xb = _mm256_broadcast_ss(x + I); \
@@ -1323,28 +1328,53 @@ void KernelF32x16(const float* panel, int64_t kc, const float* x, float* y, int6
 #undef F_STORE
 }
 
-void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, float* y, int64_t ldy,
-                   int nvalid, bool accumulate) {
+template <GgmlType Src>
+void KernelTile16(int mr, const uint8_t* panel, int64_t kc, const float* x, float* y, int64_t ldy,
+                  int nvalid, bool accumulate) {
   switch (mr) {
     case 1:
-      KernelF32x16<1>(panel, kc, x, y, ldy, nvalid, accumulate);
+      KernelF32x16<1, Src>(panel, kc, x, y, ldy, nvalid, accumulate);
       break;
     case 2:
-      KernelF32x16<2>(panel, kc, x, y, ldy, nvalid, accumulate);
+      KernelF32x16<2, Src>(panel, kc, x, y, ldy, nvalid, accumulate);
       break;
     case 3:
-      KernelF32x16<3>(panel, kc, x, y, ldy, nvalid, accumulate);
+      KernelF32x16<3, Src>(panel, kc, x, y, ldy, nvalid, accumulate);
       break;
     case 4:
-      KernelF32x16<4>(panel, kc, x, y, ldy, nvalid, accumulate);
+      KernelF32x16<4, Src>(panel, kc, x, y, ldy, nvalid, accumulate);
       break;
     case 5:
-      KernelF32x16<5>(panel, kc, x, y, ldy, nvalid, accumulate);
+      KernelF32x16<5, Src>(panel, kc, x, y, ldy, nvalid, accumulate);
       break;
     default:
-      KernelF32x16<6>(panel, kc, x, y, ldy, nvalid, accumulate);
+      KernelF32x16<6, Src>(panel, kc, x, y, ldy, nvalid, accumulate);
       break;
   }
+}
+
+void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, float* y, int64_t ldy,
+                   int nvalid, bool accumulate) {
+  KernelTile16<GgmlType::kF32>(mr, reinterpret_cast<const uint8_t*>(panel), kc, x, y, ldy, nvalid,
+                               accumulate);
+}
+
+// Two panels (GemmFloatPanels' pairs) as two KernelF32Tile calls: sixteen
+// ymm registers hold one panel's 6 x 16 accumulators, not two panels'.
+void KernelF32Tile2(int mr, const float* panel, int64_t panel_stride, int64_t kc, const float* x,
+                    float* y, int64_t ldy, int nvalid2, bool accumulate) {
+  KernelF32Tile(mr, panel, kc, x, y, ldy, kFPanelRows, accumulate);
+  KernelF32Tile(mr, panel + panel_stride, kc, x, y + kFPanelRows, ldy, nvalid2, accumulate);
+}
+
+// The same two panels read from the load-time copy as they are: at a few
+// activation tiles this saves converting every value into the buffer (a
+// store and a reload), which only many tiles repay.
+template <GgmlType Src>
+void KernelHalfTile2(int mr, const uint8_t* half, int64_t stride, int64_t kc, const float* x,
+                     float* y, int64_t ldy, int nvalid2, bool accumulate) {
+  KernelTile16<Src>(mr, half, kc, x, y, ldy, kFPanelRows, accumulate);
+  KernelTile16<Src>(mr, half + stride, kc, x, y + kFPanelRows, ldy, nvalid2, accumulate);
 }
 
 // ---------------------------------------------------------------------------
@@ -1526,8 +1556,10 @@ template <GgmlType T>
 void MatMulFloatPrepacked(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
                           float* y, base::ThreadPool& pool) {
   if (m > kGemvMaxM) {
-    // The GEMM converts fp32 panels per call, from the copy.
-    GemmFloatPanels(w, x, m, y, pool, kFMr, KernelF32Tile, nullptr, packed);
+    // The GEMM reads pairs of panels from the copy at up to
+    // kFloatHalfMaxTiles activation tiles, else converts fp32 panels per call.
+    GemmFloatPanels(w, x, m, y, pool, kFMr, KernelF32Tile, KernelF32Tile2, packed,
+                    KernelHalfTile2<T>);
     return;
   }
   const int64_t n_panels = (w.rows + kF16PanelRows - 1) / kF16PanelRows;

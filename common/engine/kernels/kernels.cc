@@ -98,8 +98,8 @@ void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y,
   const int64_t cols = w.cols;
   const int64_t n_tiles = (m + mr_max - 1) / mr_max;
   const int64_t copy_panel_bytes = PrepackedFloatPanelBytes(cols);
-  const bool half_pairs = packed != nullptr && tile2 != nullptr && tile2_half != nullptr &&
-                          n_tiles <= kFloatHalfMaxTiles;
+  const bool half_pairs =
+      packed != nullptr && tile2_half != nullptr && n_tiles <= kFloatHalfMaxTiles;
   // Activations k-major per tile: tile t (rows [i0, i0 + mr)) at xp + i0 * cols.
   static thread_local ScratchBuffer x_scratch;
   auto* xp = static_cast<float*>(x_scratch.Get(static_cast<size_t>(m * cols) * sizeof(float)));
@@ -145,7 +145,7 @@ void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y,
         for (int64_t p = 0; p < np;) {
           const int64_t r0 = (p0 + p) * kFloatPanelRows;
           float* yi = y + i0 * w.rows + r0;
-          if (tile2 != nullptr && p + 1 < np) {
+          if ((half_pairs || tile2 != nullptr) && p + 1 < np) {
             const int nvalid2 = static_cast<int>(
                 std::min<int64_t>(kFloatPanelRows, w.rows - r0 - kFloatPanelRows));
             if (half_pairs) {

@@ -1359,17 +1359,11 @@ void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, float
                                accumulate);
 }
 
-// Two panels (GemmFloatPanels' pairs) as two KernelF32Tile calls: sixteen
-// ymm registers hold one panel's 6 x 16 accumulators, not two panels'.
-void KernelF32Tile2(int mr, const float* panel, int64_t panel_stride, int64_t kc, const float* x,
-                    float* y, int64_t ldy, int nvalid2, bool accumulate) {
-  KernelF32Tile(mr, panel, kc, x, y, ldy, kFPanelRows, accumulate);
-  KernelF32Tile(mr, panel + panel_stride, kc, x, y + kFPanelRows, ldy, nvalid2, accumulate);
-}
-
-// The same two panels read from the load-time copy as they are: at a few
-// activation tiles this saves converting every value into the buffer (a
-// store and a reload), which only many tiles repay.
+// Two panels (GemmFloatPanels' pairs) read from the load-time copy as they
+// are, one after the other (sixteen ymm registers hold one panel's 6 x 16
+// accumulators, not two panels'): at a few activation tiles this saves
+// converting every value into the buffer (a store and a reload), which only
+// many tiles repay.
 template <GgmlType Src>
 void KernelHalfTile2(int mr, const uint8_t* half, int64_t stride, int64_t kc, const float* x,
                      float* y, int64_t ldy, int nvalid2, bool accumulate) {
@@ -1558,8 +1552,7 @@ void MatMulFloatPrepacked(const WeightView& w, const uint8_t* packed, const floa
   if (m > kGemvMaxM) {
     // The GEMM reads pairs of panels from the copy at up to
     // kFloatHalfMaxTiles activation tiles, else converts fp32 panels per call.
-    GemmFloatPanels(w, x, m, y, pool, kFMr, KernelF32Tile, KernelF32Tile2, packed,
-                    KernelHalfTile2<T>);
+    GemmFloatPanels(w, x, m, y, pool, kFMr, KernelF32Tile, nullptr, packed, KernelHalfTile2<T>);
     return;
   }
   const int64_t n_panels = (w.rows + kF16PanelRows - 1) / kF16PanelRows;

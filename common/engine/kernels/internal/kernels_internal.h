@@ -227,7 +227,7 @@ inline constexpr int64_t kFloatHalfMaxTiles = 3;
 // set conflicts at power-of-two cols). Only the layout changes, not the
 // values or their order. With `tile2_half` and at most kFloatHalfMaxTiles
 // tiles, pairs of panels are read from the copy by it instead (an odd last
-// panel still goes through the buffer). Plain control code:
+// panel still goes through the buffer; `tile2` may be null then). Plain control code:
 // compiled without ISA flags, the ISA lives in the tiles and converters.
 void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y,
                      base::ThreadPool& pool, int mr_max, FloatTileFn tile,

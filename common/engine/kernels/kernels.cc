@@ -405,7 +405,14 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
                                                    : internal::kGemv512MaxM;
   // Past that, float types still read the copy (contiguous [k][16] halves)
   // to fill the GEMM's fp32 panels: the same values as gathering w's rows.
-  if (w.packed_ != nullptr && isa == w.packed_isa_ && (m <= packed_max_m || is_float)) {
+  // Q8_0 under AVX2 reads the copy up to batch 32 as well: its per-call panel
+  // holds w and |w| (twice the bytes) to save one vpabsb per 4 activation
+  // rows, which a decode batch does not repay (batch 32 on two Zen 3 cores:
+  // 8-14 % less time per step); prefill's 512 rows keep the panels
+  // (docs/benchmarks.md).
+  const int64_t q8_max_m = isa == Isa::kAvx2 && w.type_ == GgmlType::kQ8_0 ? 32 : 0;
+  if (w.packed_ != nullptr && isa == w.packed_isa_ &&
+      (m <= std::max(packed_max_m, q8_max_m) || is_float)) {
     if (isa == Isa::kAvx2) {
       internal::MatMulPrepackedAvx2(v, w.packed_, x, m, y, pool);
     } else {

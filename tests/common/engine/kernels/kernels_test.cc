@@ -537,7 +537,7 @@ TEST_P(PrepackedTest, EqualsPerCallPathsBitwise) {
           GgmlRowBytes(type, cols) + (type == GgmlType::kQ4_K ? cols / 256 * 4 : 0);
       const int64_t panel_rows = is_float ? 16 : 8;
       EXPECT_EQ(packed.prepacked_bytes(), (rows + panel_rows - 1) / panel_rows * panel_rows * row_bytes);
-      for (int64_t m : {1, 2, 3, 4, 6, 7, 13, 16, 17, 40}) {
+      for (int64_t m : {1, 2, 3, 4, 6, 7, 13, 16, 17, 32, 40}) {
         std::vector<float> x = RandomFloats(m * cols, ++seed);
         if (m > 1) {  // a zero block
           std::fill(x.begin() + cols, x.begin() + cols + std::min<int64_t>(cols, 32), 0.0f);

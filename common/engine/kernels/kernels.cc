@@ -366,6 +366,7 @@ absl::StatusOr<WeightMatrix> WeightMatrix::Create(GgmlType type, const void* dat
     w.packed_ = p;
     w.packed_bytes_ = bytes;
     w.packed_isa_ = isa;
+    w.q8_no_min_ = internal::Q8NoMinQuant(ViewOf(type, w.data_, rows, cols));
   }
   return w;
 }
@@ -414,7 +415,7 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
   if (w.packed_ != nullptr && isa == w.packed_isa_ &&
       (m <= std::max(packed_max_m, q8_max_m) || is_float)) {
     if (isa == Isa::kAvx2) {
-      internal::MatMulPrepackedAvx2(v, w.packed_, x, m, y, pool);
+      internal::MatMulPrepackedAvx2(v, w.packed_, x, m, y, pool, w.q8_no_min_);
     } else {
       internal::MatMulPrepackedAvx512(v, w.packed_, x, m, y, pool, isa == Isa::kAvx512Vnni);
     }

@@ -69,6 +69,8 @@ class WeightMatrix {
   const uint8_t* packed_ = nullptr;
   int64_t packed_bytes_ = 0;
   Isa packed_isa_ = Isa::kScalar;
+  // Q8_0 with a copy and no quant equal to -128 (internal::Q8NoMinQuant).
+  bool q8_no_min_ = false;
 };
 
 // Whether WeightMatrix::Create makes load-time repacked copies (default on;

@@ -132,6 +132,9 @@ struct QuantizedActs {
   int32_t* sum_lo = nullptr;  // [m][nb], q[0..16) of each block
   float* dsum = nullptr;      // [m][nb], d * static_cast<float>(sum)
   int64_t nb = 0;             // blocks per row
+  // [m][cols] |qs| as u8, only where a kernel asked for it (the AVX2 Q8_0
+  // batch-1 kernel on the copy, MatMulPrepackedAvx2); else null.
+  const uint8_t* qabs = nullptr;
 };
 
 // Grow-only, 64-byte aligned scratch buffer; one per thread (thread_local).
@@ -164,6 +167,9 @@ inline QuantizedActs RowsFrom(const QuantizedActs& a, int64_t i0, int64_t cols) 
   r.sum += i0 * a.nb;
   r.sum_lo += i0 * a.nb;
   r.dsum += i0 * a.nb;
+  if (r.qabs != nullptr) {
+    r.qabs += i0 * cols;
+  }
   return r;
 }
 
@@ -331,8 +337,14 @@ inline constexpr int64_t kQ4KFactorBytes8 = 2 * 2 * 8 + 2 * 8 * 8;
 inline constexpr int64_t kQ6KLevelBytes8 = (2 * 2 * 8 + 2 * 8) * 32;
 inline constexpr int64_t kQ6KFactorBytes8 = 2 * 8 + 16 * 8;
 void PrepackAvx2(const WeightView& w, uint8_t* out, base::ThreadPool& pool);
+// `q8_no_min`: w is Q8_0 and none of its quants is -128 (Q8NoMinQuant), so
+// batches of 1-2 may take the kernel that moves the sign trick onto the
+// weights (sign(w, x) times |x|; -128 has no positive in int8).
 void MatMulPrepackedAvx2(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
-                         float* y, base::ThreadPool& pool);
+                         float* y, base::ThreadPool& pool, bool q8_no_min = false);
+// Whether no quant of a Q8_0 matrix is -128 (ggml's quantizer never writes
+// it; other writers may). Scans the data once, at load.
+bool Q8NoMinQuant(const WeightView& w);
 // Bytes of one 8-row panel of the quantized layouts (0: not such a type).
 int64_t PrepackedPanelBytesAvx2(GgmlType type, int64_t cols);
 // MatMulPrepackedAvx2 under the AVX-512 ISAs (kernels_avx512.cc): the same

@@ -560,6 +560,41 @@ TEST_P(PrepackedTest, EqualsPerCallPathsBitwise) {
   }
 }
 
+// Q8_0 quants of -128 (legal in GGUF, never written by ggml's quantizer):
+// batch 1-2 on the copy normally moves the sign trick onto the weights
+// (sign(w, x) * |x|), where -w wraps for w = -128. A matrix holding one must
+// still give the per-call path's bits, on every row, with both signs of x.
+TEST_P(PrepackedTest, Q8MinusOneTwentyEightStaysExact) {
+  const Isa isa = GetParam();
+  if (static_cast<int>(DetectIsa()) < static_cast<int>(isa)) {
+    GTEST_SKIP() << "this CPU lacks " << IsaName(isa);
+  }
+  IsaGuard guard;
+  base::ThreadPool pool(2);
+  constexpr int64_t kRows = 37, kCols = 256;
+  std::vector<uint8_t> data = MakeWeights(GgmlType::kQ8_0, kRows, kCols, 12001);
+  const int64_t row_bytes = GgmlRowBytes(GgmlType::kQ8_0, kCols);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t b = 0; b < kCols / 32; ++b) {
+      data[r * row_bytes + b * 34 + 2 + (r * 7 + b * 5) % 32] = 0x80;  // quant -128
+    }
+  }
+  SetActiveIsa(Isa::kScalar);
+  ASSERT_OK_AND_ASSIGN(WeightMatrix plain,
+                       WeightMatrix::Create(GgmlType::kQ8_0, data.data(), kRows, kCols));
+  SetActiveIsa(isa);
+  ASSERT_OK_AND_ASSIGN(WeightMatrix packed,
+                       WeightMatrix::Create(GgmlType::kQ8_0, data.data(), kRows, kCols));
+  ASSERT_TRUE(packed.prepacked());
+  for (int64_t m : {1, 2, 3}) {
+    std::vector<float> x = RandomFloats(m * kCols, 12100 + m);
+    std::vector<float> want(m * kRows, -1.0f), got(m * kRows, -2.0f);
+    MatMul(plain, x.data(), m, want.data(), pool);
+    MatMul(packed, x.data(), m, got.data(), pool);
+    EXPECT_EQ(got, want) << "m=" << m;
+  }
+}
+
 TEST_P(MatMulTest, ZeroActivationsGiveZero) {
   base::ThreadPool pool(2);
   for (GgmlType type : {GgmlType::kF32, GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,

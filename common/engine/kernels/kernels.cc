@@ -366,7 +366,8 @@ absl::StatusOr<WeightMatrix> WeightMatrix::Create(GgmlType type, const void* dat
     w.packed_ = p;
     w.packed_bytes_ = bytes;
     w.packed_isa_ = isa;
-    w.q8_no_min_ = internal::Q8NoMinQuant(ViewOf(type, w.data_, rows, cols));
+    // Only the AVX2 path reads it (MatMul): no scan under the AVX-512 ISAs.
+    w.q8_no_min_ = isa == Isa::kAvx2 && internal::Q8NoMinQuant(ViewOf(type, w.data_, rows, cols));
   }
   return w;
 }

@@ -20,10 +20,11 @@
 //
 // TANDEM_REPACK=0 in the environment loads the models without the load-time
 // repacked weights (engine::SetLoadTimeRepack(false); tandem-generate
-// --norepack), for side-by-side comparisons.
+// --norepack), for side-by-side comparisons. --isa=NAME runs the kernels on
+// that path (isa_flag.h; e.g. --isa=avx512vnni against the default
+// avx512amx).
 
 #include <benchmark/benchmark.h>
-
 #include <time.h>
 
 #include <algorithm>
@@ -38,6 +39,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/common/engine/isa_flag.h"
 #include "common/base/thread_pool.h"
 #include "common/engine/engine.h"
 #include "common/engine/format/gguf.h"
@@ -508,4 +510,15 @@ BENCHMARK(BM_Prefill)
 }  // namespace
 }  // namespace tandem::engine
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  if (!tandem::engine::bench::TakeIsaFlag("engine_benchmark", &argc, argv)) {
+    return 2;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
+    return 1;
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

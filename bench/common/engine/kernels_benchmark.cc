@@ -19,13 +19,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
-#include <cstdio>
 #include <random>
 #include <string_view>
 #include <vector>
 
+#include "bench/common/engine/isa_flag.h"
 #include "benchmark/benchmark.h"
 #include "common/base/thread_pool.h"
 #include "common/engine/format/ggml_type.h"
@@ -278,33 +279,12 @@ BENCHMARK(BM_PagedAttention)
 }  // namespace
 }  // namespace tandem::engine
 
-// --isa=scalar|avx2|avx512|avx512vnni runs the kernels on that path (clamped
-// to what the CPU has, see SetActiveIsa); the label of each MatMul row names
-// the path that ran. Other flags go to Google Benchmark.
+// --isa=NAME runs the kernels on that path (see isa_flag.h); the label of each
+// MatMul row names the path that ran. Other flags go to Google Benchmark.
 int main(int argc, char** argv) {
-  using tandem::engine::Isa;
-  int kept = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg.substr(0, 6) != "--isa=") {
-      argv[kept++] = argv[i];
-      continue;
-    }
-    const std::string_view name = arg.substr(6);
-    bool known = false;
-    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
-      if (name == tandem::engine::IsaName(isa)) {
-        tandem::engine::SetActiveIsa(isa);
-        known = true;
-      }
-    }
-    if (!known) {
-      std::fprintf(stderr, "kernels_benchmark: unknown --isa=%.*s (scalar, avx2, avx512, avx512vnni)\n",
-                   static_cast<int>(name.size()), name.data());
-      return 2;
-    }
+  if (!tandem::engine::bench::TakeIsaFlag("kernels_benchmark", &argc, argv)) {
+    return 2;
   }
-  argc = kept;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
     return 1;

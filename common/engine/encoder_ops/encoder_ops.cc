@@ -5,8 +5,6 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #endif
 
 namespace tandem::engine::encoder_ops {
@@ -29,6 +27,7 @@ const Table& OpsFor(Isa isa) {
       return avx2::kTable;
     case Isa::kAvx512:
     case Isa::kAvx512Vnni:
+    case Isa::kAvx512Amx:
       return avx512::kTable;
   }
 #endif
@@ -50,26 +49,15 @@ namespace {
 
 std::atomic<bool> amx_enabled{true};
 
-// CPUID says AMX-TILE and AMX-BF16, XCR0 has the tile state enabled, and Linux
-// grants it to this process (without the grant the first tile instruction
-// faults: SIGILL).
+// CPUID says AMX-BF16 and the kernels' check grants the tile state
+// (AmxTileStateGranted: AMX-TILE, XCR0, arch_prctl).
 bool AmxUsable() {
 #if defined(__x86_64__) && defined(__linux__)
   static const bool usable = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
-    if (__get_cpuid_count(1, 0, &a, &b, &c, &d) == 0 || (c & (1u << 27)) == 0) {
-      return false;  // no OSXSAVE: XGETBV would fault
-    }
     if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
-    constexpr unsigned kAmxBf16 = 1u << 22, kAmxTile = 1u << 24;
-    if ((d & kAmxBf16) == 0 || (d & kAmxTile) == 0) return false;
-    uint32_t xcr0_lo = 0, xcr0_hi = 0;
-    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    constexpr uint32_t kTileState = (1u << 17) | (1u << 18);  // XTILECFG, XTILEDATA
-    if ((xcr0_lo & kTileState) != kTileState) return false;
-    constexpr long kArchReqXcompPerm = 0x1023;
-    constexpr long kXfeatureXtileData = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
+    constexpr unsigned kAmxBf16 = 1u << 22;
+    return (d & kAmxBf16) != 0 && AmxTileStateGranted();
   }();
   return usable;
 #else

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/engine/encoder_ops/gemm_bf16.h"
+#include "common/engine/kernels/internal/kernels_internal.h"
 
 namespace tandem::engine::encoder_ops {
 namespace {
@@ -25,25 +26,15 @@ constexpr int kRows = 16;       // outputs per panel (a C tile's columns)
 constexpr int kKStep = 32;      // k per tile step (a tile row: 64 bytes of bf16)
 constexpr int kPanelsPerA = 4;  // C tiles sharing an A tile
 
-// LDTILECFG's 64-byte operand (palette 1).
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
-
 // Tiles 0-6, each 16 rows x 64 bytes: C 0-3 (16 x 16 fp32), A 4 (16 rows x 32 bf16), B 5-6
 // (16 k pairs x 16 outputs x 2 bf16).
 void Configure() {
-  TileConfig cfg;  // zero-initialized: tiles 7..15 stay off
+  internal::AmxTileConfig cfg;  // zero-initialized: tiles 7..15 stay off
   for (int t = 0; t <= 6; ++t) {
     cfg.rows[t] = kRows;
     cfg.colsb[t] = 64;
   }
-  _tile_loadconfig(&cfg);
+  internal::LoadAmxTileConfig(cfg);
 }
 
 // C tiles 0..NP-1 = bias (panel j's at bias + 16 j, on every row: a tile load of stride 0)

@@ -1,9 +1,13 @@
 #include "common/engine/kernels/kernels.h"
 
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <thread>
 #include <vector>
@@ -11,8 +15,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/engine/kernels/internal/kernels_internal.h"
-
-#include <sys/mman.h>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -63,11 +65,43 @@ Isa DetectIsaUncached() {
   if (!avx512 || (xcr0 & 0xE6) != 0xE6) {
     return Isa::kAvx2;
   }
-  return vnni ? Isa::kAvx512Vnni : Isa::kAvx512;
+  if (!vnni) {
+    return Isa::kAvx512;
+  }
+  const bool amx_int8 = edx & (1u << 25);
+  return amx_int8 && AmxTileStateGranted() ? Isa::kAvx512Amx : Isa::kAvx512Vnni;
 #else
   return Isa::kScalar;
 #endif
 }
+
+}  // namespace
+
+bool AmxTileStateGranted() {
+#if defined(__x86_64__) && defined(__linux__)
+  static const bool granted = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(1, 0, &a, &b, &c, &d) == 0 || (c & (1u << 27)) == 0) {
+      return false;  // no OSXSAVE: XGETBV would fault
+    }
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0 || (d & (1u << 24)) == 0) {
+      return false;  // no AMX-TILE
+    }
+    constexpr uint64_t kTileState = (1u << 17) | (1u << 18);  // XTILECFG, XTILEDATA
+    if ((Xgetbv0() & kTileState) != kTileState) {
+      return false;
+    }
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtileData = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
+  }();
+  return granted;
+#else
+  return false;
+#endif
+}
+
+namespace {
 
 std::atomic<int>& ActiveIsaSlot() {
   static std::atomic<int> slot{static_cast<int>(DetectIsa())};
@@ -290,6 +324,8 @@ const char* IsaName(Isa isa) {
       return "avx512";
     case Isa::kAvx512Vnni:
       return "avx512vnni";
+    case Isa::kAvx512Amx:
+      return "avx512amx";
   }
   return "unknown";
 }
@@ -400,7 +436,7 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
   // the VNNI level GEMM on the copy (MatMulLevelsImpl) wins above
   // kPrepackedLevelsVnniMaxM.
   const bool vnni_levels =
-      isa == Isa::kAvx512Vnni && (w.type_ == GgmlType::kQ4_K || w.type_ == GgmlType::kQ6_K);
+      isa >= Isa::kAvx512Vnni && (w.type_ == GgmlType::kQ4_K || w.type_ == GgmlType::kQ6_K);
   const int64_t packed_max_m = vnni_levels         ? internal::kPrepackedLevelsVnniMaxM
                                : !is_float         ? internal::kPrepackedMaxM
                                : isa == Isa::kAvx2 ? 3
@@ -418,7 +454,7 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
     if (isa == Isa::kAvx2) {
       internal::MatMulPrepackedAvx2(v, w.packed_, x, m, y, pool, w.q8_no_min_);
     } else {
-      internal::MatMulPrepackedAvx512(v, w.packed_, x, m, y, pool, isa == Isa::kAvx512Vnni);
+      internal::MatMulPrepackedAvx512(v, w.packed_, x, m, y, pool, isa >= Isa::kAvx512Vnni);
     }
     return;
   }
@@ -426,11 +462,14 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
   // panel bytes, read as one stream instead of gathered from 8 or 16 rows).
   const uint8_t* copy = w.packed_isa_ == isa ? w.packed_ : nullptr;
   switch (isa) {
+    case Isa::kAvx512Amx:
+      internal::MatMulAvx512(v, x, m, y, pool, /*vnni=*/true, copy, /*amx=*/true);
+      return;
     case Isa::kAvx512Vnni:
-      internal::MatMulAvx512(v, x, m, y, pool, /*vnni=*/true, copy);
+      internal::MatMulAvx512(v, x, m, y, pool, /*vnni=*/true, copy, /*amx=*/false);
       return;
     case Isa::kAvx512:
-      internal::MatMulAvx512(v, x, m, y, pool, /*vnni=*/false, copy);
+      internal::MatMulAvx512(v, x, m, y, pool, /*vnni=*/false, copy, /*amx=*/false);
       return;
     case Isa::kAvx2:
       internal::MatMulAvx2(v, x, m, y, pool, copy);

@@ -15,10 +15,16 @@
 
 namespace tandem::engine {
 
-enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3 };
+// kAvx512Amx: AVX-512 VNNI plus AMX-INT8 tiles, which the quantized GEMMs use
+// for their integer block dots (the VNNI paths' bits).
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAvx512Amx = 4 };
 
 // Best ISA this CPU supports.
 Isa DetectIsa();
+// Whether the CPU has AMX tiles (CPUID AMX-TILE), the OS enables their state
+// (XCR0) and Linux grants it to this process (arch_prctl; without the grant the
+// first tile instruction faults). Asked once; the answer is cached.
+bool AmxTileStateGranted();
 // The ISA kernels dispatch to (initially DetectIsa()). Setting one the CPU
 // lacks is clamped to the best supported one. For tests and tools comparing paths.
 void SetActiveIsa(Isa isa);

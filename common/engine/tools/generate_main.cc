@@ -43,7 +43,7 @@ ABSL_FLAG(int32_t, threads, 0, "compute threads (0 = all cores)");
 ABSL_FLAG(int32_t, chunk, 512, "prefill chunk size in tokens");
 ABSL_FLAG(std::string, kv_dtype, "F32", "KV cache type: F32 or F16");
 ABSL_FLAG(int64_t, kv_cache_mib, 512, "KV cache size in MiB");
-ABSL_FLAG(std::string, isa, "", "force a kernel ISA: scalar, avx2, avx512, avx512vnni");
+ABSL_FLAG(std::string, isa, "", "force a kernel ISA: scalar, avx2, avx512, avx512vnni, avx512amx");
 ABSL_FLAG(bool, ids, false, "also print the generated token ids");
 ABSL_FLAG(bool, repack, true,
           "repack quantized weights at load for the kernels (--norepack: borrow the "
@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
     else if (isa == "avx2") tandem::engine::SetActiveIsa(tandem::engine::Isa::kAvx2);
     else if (isa == "avx512") tandem::engine::SetActiveIsa(tandem::engine::Isa::kAvx512);
     else if (isa == "avx512vnni") tandem::engine::SetActiveIsa(tandem::engine::Isa::kAvx512Vnni);
+    else if (isa == "avx512amx")
+      tandem::engine::SetActiveIsa(tandem::engine::Isa::kAvx512Amx);
     else return Fail(absl::InvalidArgumentError(absl::StrCat("unknown --isa ", isa)));
   }
   tandem::engine::SetLoadTimeRepack(absl::GetFlag(FLAGS_repack));

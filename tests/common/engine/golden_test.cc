@@ -248,8 +248,8 @@ TEST_P(LevelTypeGoldenTest, ModelsMatchNumpyReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, LevelTypeGoldenTest,
-                         ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512,
-                                           Isa::kAvx512Vnni),
+                         ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni,
+                                           Isa::kAvx512Amx),
                          [](const ::testing::TestParamInfo<Isa>& info) {
                            return std::string(IsaName(info.param));
                          });

@@ -1,6 +1,7 @@
 // AVX-512 (F/BW/VL/DQ, optionally VNNI) matrix multiply. Compiled with
-// -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni; only called when
-// DetectIsa() saw the features and the OS enabled ZMM state (xgetbv).
+// -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mamx-tile -mamx-int8;
+// only called when DetectIsa() saw the features and the OS enabled ZMM state
+// (xgetbv), the AMX kernels only under Isa::kAvx512Amx (tile state granted).
 //
 // Same design as the AVX2 kernels (weight rows in lanes, per-call panel
 // repacking, see kernels_avx2.cc) with 16-row panels:
@@ -13,6 +14,8 @@
 //   F32/F16/BF16: panels converted to fp32 (k-major, 16 rows = one zmm) by the
 //         AVX2 packer, 12x16 FMA micro-kernel.
 //   Q4_1 ... Q6_K (VNNI): kernels_levels.inc with vpdpbusd, 8-row tiles.
+//   With AMX-INT8 (Isa::kAvx512Amx; -mamx-tile -mamx-int8, tile instructions
+//         only in the AMX kernels): the same panels, block dots on tiles.
 // Per-call batch <= 3 float GEMVs and, without VNNI, quantized types use the
 // AVX2 kernels (bandwidth-bound or no better instruction here).
 // Load-time repacked weights (the AVX2 layouts, WeightMatrix::Create) at
@@ -129,13 +132,15 @@ inline __m512i LoadPanelPair(const uint8_t* lo, const uint8_t* hi, int64_t at) {
 }
 
 // Packs rows [r0, r0 + 16) (missing rows repeat the last one; their results
-// are never stored) of a Q4_0/Q8_0 matrix, all blocks. The d values and the
+// are never stored) of a Q4_0/Q8_0 matrix, all blocks. `signed_q4` (the AMX
+// GEMM): Q4_0's levels stored as q - 8 (s8) instead of q (u8). The d values and the
 // transposed dwords (t[d] = dword d of each row's quant bytes, rows in lanes)
 // are gathered from w's rows, or, with `packed` (w's load-time copy), read
 // from its 8-row panels r0 / 8 and r0 / 8 + 1, back to back, which hold the
 // same values (PrepackPanel8; past the last panel the first half is
 // repeated): two contiguous streams instead of 16 rows.
-void PackQuantPanel16(const WeightView& w, int64_t r0, const uint8_t* packed, uint8_t* out) {
+void PackQuantPanel16(const WeightView& w, int64_t r0, const uint8_t* packed, uint8_t* out,
+                      bool signed_q4 = false) {
   const int64_t nb = w.cols / kQBlock;
   const bool q4 = w.type == GgmlType::kQ4_0;
   const int64_t block_bytes = q4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
@@ -190,9 +195,11 @@ void PackQuantPanel16(const WeightView& w, int64_t r0, const uint8_t* packed, ui
     _mm512_store_ps(reinterpret_cast<float*>(out), _mm512_cvtph_ps(h));
     auto* q = reinterpret_cast<__m512i*>(out + 128);
     if (q4) {
+      const __m512i bias = _mm512_set1_epi8(signed_q4 ? 8 : 0);
       for (int d = 0; d < 4; ++d) {
-        _mm512_store_si512(q + d, _mm512_and_si512(t[d], m4));
-        _mm512_store_si512(q + 4 + d, _mm512_and_si512(_mm512_srli_epi16(t[d], 4), m4));
+        _mm512_store_si512(q + d, _mm512_sub_epi8(_mm512_and_si512(t[d], m4), bias));
+        _mm512_store_si512(q + 4 + d,
+                           _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(t[d], 4), m4), bias));
       }
       _mm512_store_si512(reinterpret_cast<__m512i*>(out + 64), _mm512_setzero_si512());
     } else {
@@ -277,14 +284,139 @@ void VnniTile(int mr, const uint8_t* panel, const QuantizedActs& xa, int64_t col
   }
 }
 
+// ---------------------------------------------------------------------------
+// AMX-INT8 (Isa::kAvx512Amx)
+// ---------------------------------------------------------------------------
+// The 16-row VNNI panels (PackQuantPanel16 above, PackLevelPanel in
+// kernels_levels.inc) hold each 32-block of their rows as 8 groups of 16 rows
+// x 4 bytes: AMX's B layout for K = 32 (8 tile rows of 64 bytes), read in
+// place. One TDPB*D multiplies up to 16 activation rows (an A tile: mr rows of
+// one block's quantized activations, read in place, `cols` bytes apart) by
+// one block into a C tile of mr x 16 int32: the exact integer block dots that
+// the VNNI kernels form in zmm lanes (vpdpbusd adds the same products; here
+// any offset correction is either already out, or subtracted as there). C is
+// stored and the VNNI kernel's fp32 epilogue runs on its rows unchanged, so
+// every result has the VNNI path's bits, at any batch size. Two blocks per
+// step: one's products run while the other's dots are stored and scaled.
+// Not Q6_K (see LevelAmx in kernels_levels.inc).
+
+// Tiles 0-1: C (mr rows x 16 int32); 2-3: A (mr rows x kbytes); 4-5: B
+// (kbytes / 4 rows x 64 bytes). Loaded per call, released at its end (no
+// dirty tile state between calls: context switches stay cheap).
+inline void ConfigureAmxInt8(int mr, int kbytes) {
+  AmxTileConfig cfg;
+  for (int t = 0; t < 2; ++t) {
+    cfg.rows[t] = static_cast<uint8_t>(mr);
+    cfg.colsb[t] = 64;
+    cfg.rows[t + 2] = static_cast<uint8_t>(mr);
+    cfg.colsb[t + 2] = static_cast<uint16_t>(kbytes);
+    cfg.rows[t + 4] = static_cast<uint8_t>(kbytes / 4);
+    cfg.colsb[t + 4] = 64;
+  }
+  LoadAmxTileConfig(cfg);
+}
+
+constexpr int kAmxMr = 16;  // activation rows per A tile
+
+// f(std::integral_constant<int, mr>{}) for mr in [1, MR].
+template <int MR = kAmxMr, typename F>
+void WithAmxMr(int mr, F&& f) {
+  if constexpr (MR > 1) {
+    if (mr < MR) {
+      return WithAmxMr<MR - 1>(mr, std::forward<F>(f));
+    }
+  }
+  f(std::integral_constant<int, MR>{});
+}
+
+// C tile 0 += A tile 2 x B tile 4 (kFirst), or C 1 += A 3 x B 5: s8
+// activations against s8 weights (TDPBSSD: Q8_0's quants, Q4_0's levels
+// minus 8), so the tile holds the block's true integer dot, which KernelVnni
+// forms as its u8 x s8 dot minus the offset term. (The intrinsics take tile
+// numbers as literals.)
+template <bool kFirst>
+inline void AmxQuantDot() {
+  if constexpr (kFirst) {
+    _tile_dpbssd(0, 2, 4);
+  } else {
+    _tile_dpbssd(1, 3, 5);
+  }
+}
+
+// KernelVnni's epilogue of block b (dw: the panel block's weight scales)
+// from its integer dots s[i] (one C tile's rows, offsets already out).
+template <int MR>
+inline void AmxQuantTerms(const uint8_t* pb, const int32_t (*s)[16], const QuantizedActs& xa,
+                          int64_t b, __m512 acc[MR]) {
+  const int64_t nb = xa.nb;
+  const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(pb));
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    const __m512i dot = _mm512_load_si512(reinterpret_cast<const __m512i*>(s[i]));
+    const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(xa.d[i * nb + b]));
+    acc[i] = _mm512_fmadd_ps(f, dw, acc[i]);
+  }
+}
+
+// KernelVnni's y[i][0..nvalid) for i < MR (<= 16) from one 16-row panel
+// (PackQuantPanel16 with signed levels), the block dots on tiles; activations
+// quantized without the + 128.
+template <int MR>
+void KernelAmx(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y, int64_t ldy,
+               int nvalid) {
+  const int64_t nb = xa.nb;
+  const auto* x = reinterpret_cast<const uint8_t*>(xa.qs);
+  alignas(64) int32_t c[2][MR][16];
+  __m512 acc[MR];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    acc[i] = _mm512_setzero_ps();
+  }
+  ConfigureAmxInt8(MR, kQBlock);
+  int64_t b = 0;
+  for (; b + 1 < nb; b += 2) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_loadd(2, x + b * kQBlock, cols);
+    _tile_loadd(4, panel + b * kPanelBlock + 128, 64);
+    AmxQuantDot<true>();
+    _tile_loadd(3, x + (b + 1) * kQBlock, cols);
+    _tile_loadd(5, panel + (b + 1) * kPanelBlock + 128, 64);
+    AmxQuantDot<false>();
+    _tile_stored(0, c[0], 64);
+    _tile_stored(1, c[1], 64);
+    AmxQuantTerms<MR>(panel + b * kPanelBlock, c[0], xa, b, acc);
+    AmxQuantTerms<MR>(panel + (b + 1) * kPanelBlock, c[1], xa, b + 1, acc);
+  }
+  if (b < nb) {
+    _tile_zero(0);
+    _tile_loadd(2, x + b * kQBlock, cols);
+    _tile_loadd(4, panel + b * kPanelBlock + 128, 64);
+    AmxQuantDot<true>();
+    _tile_stored(0, c[0], 64);
+    AmxQuantTerms<MR>(panel + b * kPanelBlock, c[0], xa, b, acc);
+  }
+  _tile_release();
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    _mm512_mask_storeu_ps(y + i * ldy, RowMask(nvalid), acc[i]);
+  }
+}
+
+void AmxTile(int mr, const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
+             int64_t ldy, int nvalid) {
+  WithAmxMr(mr, [&](auto n) { KernelAmx<decltype(n)::value>(panel, xa, cols, y, ldy, nvalid); });
+}
+
 constexpr int64_t kPanelBudgetBytes = 256 * 1024;
 
 void MatMulQuantVnni(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
-                     float* y, base::ThreadPool& pool) {
+                     float* y, base::ThreadPool& pool, bool amx) {
   static thread_local ScratchBuffer act_scratch;
   const QuantizedActs xa = AllocQuantizedActs(act_scratch, m, w.cols);
-  // Q8_0 puts activations in vpdpbusd's unsigned operand: store x + 128.
-  const bool offset = w.type == GgmlType::kQ8_0;
+  // Q8_0 puts activations in vpdpbusd's unsigned operand: store x + 128 (not
+  // for AMX's signed x signed TDPBSSD).
+  const bool offset = w.type == GgmlType::kQ8_0 && !amx;
   if (m * w.cols >= (int64_t{1} << 16)) {
     pool.ParallelFor(m, 1, [&](int64_t begin, int64_t end) {
       QuantizeActsAvx2(x + begin * w.cols, end - begin, w.cols, offset,
@@ -295,10 +427,12 @@ void MatMulQuantVnni(const WeightView& w, const uint8_t* packed, const float* x,
   }
   const bool q4 = w.type == GgmlType::kQ4_0;
   QuantGemmPanels(
-      w, xa, m, y, pool, kPanelRows, xa.nb * kPanelBlock, kQMr, kPanelBudgetBytes,
-      [&](int64_t r0, uint8_t* out) { PackQuantPanel16(w, r0, packed, out); },
+      w, xa, m, y, pool, kPanelRows, xa.nb * kPanelBlock, amx ? kAmxMr : kQMr, kPanelBudgetBytes,
+      [&](int64_t r0, uint8_t* out) { PackQuantPanel16(w, r0, packed, out, /*signed_q4=*/amx); },
       [&](int mr, const uint8_t* panel, const QuantizedActs& xi, float* yt, int nvalid) {
-        if (q4) {
+        if (amx) {
+          AmxTile(mr, panel, xi, w.cols, yt, w.rows, nvalid);
+        } else if (q4) {
           VnniTile<true>(mr, panel, xi, w.cols, yt, w.rows, nvalid);
         } else {
           VnniTile<false>(mr, panel, xi, w.cols, yt, w.rows, nvalid);
@@ -679,12 +813,12 @@ void MatMulPrepackedAvx512(const WeightView& w, const uint8_t* packed, const flo
 }
 
 void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
-                  bool vnni, const uint8_t* packed) {
+                  bool vnni, const uint8_t* packed, bool amx) {
   switch (w.type) {
     case GgmlType::kQ8_0:
     case GgmlType::kQ4_0:
       if (vnni) {
-        MatMulQuantVnni(w, packed, x, m, y, pool);
+        MatMulQuantVnni(w, packed, x, m, y, pool, amx);
       } else {
         MatMulAvx2(w, x, m, y, pool, packed);
       }
@@ -701,7 +835,7 @@ void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, base
     default:  // level types (Q4_1 ... Q6_K)
       if (vnni) {
         MatMulLevelsImpl(w, QuantizeActsParallel(x, m, w.cols, /*offset128=*/false, pool), m, y,
-                         pool, packed);
+                         pool, packed, amx);
       } else {
         MatMulAvx2(w, x, m, y, pool, packed);
       }

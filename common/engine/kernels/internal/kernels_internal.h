@@ -291,13 +291,37 @@ void ConvertFloatPanelAvx2(const WeightView& w, const uint8_t* packed, int64_t p
 QuantizedActs QuantizeActsParallel(const float* x, int64_t m, int64_t cols, bool offset128,
                                    base::ThreadPool& pool);
 
+// LDTILECFG's 64-byte operand (palette 1): tile t is rows[t] rows of colsb[t]
+// bytes; tiles left at zero are off. Shared by the AMX-INT8 GEMMs
+// (kernels_avx512.cc) and the encoder's AMX-BF16 GEMM.
+struct alignas(64) AmxTileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(AmxTileConfig) == 64);
+
+#if defined(__x86_64__)
+// LDTILECFG of cfg. Not GCC 12's _tile_loadconfig: its asm operand covers only
+// the first 8 bytes of the config, so the compiler may drop the stores of rows
+// and colsb as dead (seen: every tile left unconfigured, the first tile
+// instruction SIGILL). This operand is the whole 64-byte object.
+inline void LoadAmxTileConfig(const AmxTileConfig& cfg) {
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+#endif
+
 // --- AVX-512 (kernels_avx512.cc); only called when DetectIsa() allows ----------
 // `vnni` selects the VPDPBUSD quantized kernels; without it quantized types
 // fall back to the AVX2 kernels (float types still use 512-bit FMA).
 // `packed`, when not null, is w's load-time copy (PrepackAvx2): the VNNI
 // Q4_0 / Q8_0 GEMM then fills its panels from it (the same panel bytes).
+// `amx` (with `vnni`; Isa::kAvx512Amx): the quantized GEMMs on per-call
+// panels form their integer block dots on AMX-INT8 tiles (the same bits).
 void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
-                  bool vnni, const uint8_t* packed = nullptr);
+                  bool vnni, const uint8_t* packed = nullptr, bool amx = false);
 
 // --- Weights repacked once at load (WeightMatrix::Create) ---------------------
 // A micro-kernel over one prepacked panel: y[i][0..nvalid) for the rows i of

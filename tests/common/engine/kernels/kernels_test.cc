@@ -62,7 +62,8 @@ class IsaGuard {
 // Every kernel path, scalar first. Each runs as its own test instance
 // (Suite/Test/<isa>); on a CPU without the ISA that instance is SKIPPED
 // naming the missing ISA, so a lost path shows in the report.
-constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni};
+constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni,
+                            Isa::kAvx512Amx};
 
 // A test run with one ISA active (GetParam()); skipped where the CPU lacks it.
 class PerIsaTest : public ::testing::TestWithParam<Isa> {
@@ -456,7 +457,7 @@ TEST(QuantizeActsTest, Avx2MatchesScalarWithHalfSums) {
 // for bit, fused (m <= 2) or panelled, in either Q4_0 layout. (Matrices
 // without a load-time copy: these are the per-call paths.)
 TEST(LevelKernelsTest, Avx2AndVnniAgreeBitwise) {
-  if (DetectIsa() != Isa::kAvx512Vnni) {
+  if (DetectIsa() < Isa::kAvx512Vnni) {
     GTEST_SKIP() << "this CPU lacks avx512vnni (best ISA detected: " << IsaName(DetectIsa()) << ")";
   }
   IsaGuard guard;
@@ -483,6 +484,52 @@ TEST(LevelKernelsTest, Avx2AndVnniAgreeBitwise) {
   }
 }
 
+// The AMX-INT8 GEMM forms the same exact integer block dots on tiles as
+// vpdpbusd in zmm lanes and runs the VNNI kernels' fp32 epilogue on them, so
+// it equals the VNNI path bit for bit: every quantized type, tiles of 1 to 16
+// activation rows (m = 17: 9 + 8; m = 40: 14 + 13 + 13), a partial last panel
+// (37 rows), an odd block count (480 columns: the single-block tail), panels
+// gathered from the GGUF rows and filled from the load-time copy, 1 and 2
+// threads.
+TEST(LevelKernelsTest, AmxAndVnniAgreeBitwise) {
+  if (DetectIsa() < Isa::kAvx512Amx) {
+    GTEST_SKIP() << "this CPU lacks avx512amx (best ISA detected: " << IsaName(DetectIsa()) << ")";
+  }
+  IsaGuard guard;
+  base::ThreadPool pool1(1), pool2(2);
+  uint32_t seed = 9500;
+  std::vector<GgmlType> types(std::begin(kLevelTypes), std::end(kLevelTypes));
+  types.push_back(GgmlType::kQ4_0);
+  types.push_back(GgmlType::kQ8_0);
+  for (GgmlType type : types) {
+    for (int64_t cols : {int64_t{512}, int64_t{480}}) {
+      if (cols % GgmlBlockSize(type) != 0) {
+        continue;  // K-quants: 256-element super-blocks
+      }
+      const int64_t rows = 37;
+      const std::vector<uint8_t> data = MakeWeights(type, rows, cols, ++seed);
+      SetActiveIsa(Isa::kAvx512Vnni);
+      ASSERT_OK_AND_ASSIGN(WeightMatrix w, WeightMatrix::Create(type, data.data(), rows, cols,
+                                                                /*repack=*/false));
+      SetActiveIsa(Isa::kAvx512Amx);
+      ASSERT_OK_AND_ASSIGN(WeightMatrix w_copy, WeightMatrix::Create(type, data.data(), rows, cols,
+                                                                     /*repack=*/true));
+      for (int64_t m : {3, 16, 17, 40}) {
+        const std::vector<float> x = RandomFloats(m * cols, ++seed);
+        std::vector<float> y_vnni(m * rows), y_amx(m * rows), y_amx_copy(m * rows);
+        SetActiveIsa(Isa::kAvx512Vnni);
+        MatMul(w, x.data(), m, y_vnni.data(), pool2);
+        SetActiveIsa(Isa::kAvx512Amx);
+        MatMul(w, x.data(), m, y_amx.data(), m == 17 ? pool1 : pool2);
+        MatMul(w_copy, x.data(), m, y_amx_copy.data(), pool2);
+        EXPECT_EQ(y_vnni, y_amx) << GgmlTypeName(type) << " cols=" << cols << " m=" << m;
+        EXPECT_EQ(y_vnni, y_amx_copy)
+            << GgmlTypeName(type) << " cols=" << cols << " m=" << m << " (copy)";
+      }
+    }
+  }
+}
+
 // Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, F16 and BF16 weights created
 // while AVX2 is active are repacked once into a layout as large as the GGUF data (Q4_K: scales
 // unpacked, +4 bytes per super-block); MatMul with that copy gives the same
@@ -498,7 +545,8 @@ TEST(LevelKernelsTest, Avx2AndVnniAgreeBitwise) {
 // quantized types, the 512-bit float GEMM above batch 3) bit for bit too.
 class PrepackedTest : public ::testing::TestWithParam<Isa> {};
 INSTANTIATE_TEST_SUITE_P(Isas, PrepackedTest,
-                         ::testing::Values(Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni),
+                         ::testing::Values(Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni,
+                                           Isa::kAvx512Amx),
                          [](const ::testing::TestParamInfo<Isa>& info) {
                            return std::string(IsaName(info.param));
                          });
@@ -647,7 +695,7 @@ TEST(WeightMatrixTest, DequantizeRowMatchesGgml) {
 
 TEST(IsaTest, SetActiveIsaClampsToDetected) {
   IsaGuard guard;
-  SetActiveIsa(Isa::kAvx512Vnni);
+  SetActiveIsa(Isa::kAvx512Amx);
   EXPECT_LE(static_cast<int>(ActiveIsa()), static_cast<int>(DetectIsa()));
   SetActiveIsa(Isa::kScalar);
   EXPECT_EQ(ActiveIsa(), Isa::kScalar);

@@ -128,7 +128,7 @@ void BM_MatMul(benchmark::State& state, engine::GgmlType type) {
 void MatMulArgs(benchmark::internal::Benchmark* b) {
   for (int64_t threads : {1, 2}) {
     for (int64_t shape = 0; shape < 4; ++shape) {
-      for (int64_t m : {1, 8, 32, 512}) {
+      for (int64_t m : {1, 8, 16, 32, 512}) {
         b->Args({m, shape, threads});
       }
     }

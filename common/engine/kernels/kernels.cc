@@ -425,10 +425,9 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
   base::ThreadPool& pool = m * w.rows_ * w.cols_ < (int64_t{1} << 18) ? serial : caller_pool;
   const Isa isa = ActiveIsa();
   // The repacked copy serves decode-sized batches. Past kPrepackedMaxM rows
-  // the per-call panels (levels expanded to bytes once per call into L2,
-  // wider tiles) win again and their packing is amortized: the same bits
-  // either way.
-  // Float types use the copy up to batch 3 under AVX2 (the GEMM above
+  // (kPrepackedAmxMaxM under AMX, whose tiles make them cheaper) the per-call panels (levels
+  // expanded to bytes once per call into L2, wider tiles) win again and their packing is amortized:
+  // the same bits either way. Float types use the copy up to batch 3 under AVX2 (the GEMM above
   // converts the borrowed data per call) and up to kGemv512MaxM under the
   // AVX-512 ISAs (the 512-bit GEMM's bits, see MatMulPrepackedAvx512).
   const bool is_float = w.type_ == GgmlType::kF16 || w.type_ == GgmlType::kBF16;
@@ -437,10 +436,10 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
   // kPrepackedLevelsVnniMaxM.
   const bool vnni_levels =
       isa >= Isa::kAvx512Vnni && (w.type_ == GgmlType::kQ4_K || w.type_ == GgmlType::kQ6_K);
-  const int64_t packed_max_m = vnni_levels         ? internal::kPrepackedLevelsVnniMaxM
-                               : !is_float         ? internal::kPrepackedMaxM
-                               : isa == Isa::kAvx2 ? 3
-                                                   : internal::kGemv512MaxM;
+  const int64_t packed_max_m = vnni_levels ? internal::kPrepackedLevelsVnniMaxM
+                               : is_float  ? (isa == Isa::kAvx2 ? 3 : internal::kGemv512MaxM)
+                               : isa == Isa::kAvx512Amx ? internal::kPrepackedAmxMaxM
+                                                        : internal::kPrepackedMaxM;
   // Past that, float types still read the copy (contiguous [k][16] halves)
   // to fill the GEMM's fp32 panels: the same values as gathering w's rows.
   // Q8_0 under AVX2 reads the copy up to batch 32 as well: its per-call panel

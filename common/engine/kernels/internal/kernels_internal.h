@@ -349,6 +349,9 @@ void PrepackedGemm(const WeightView& w, const uint8_t* packed, const QuantizedAc
 int64_t PrepackedAvx2Bytes(GgmlType type, int64_t rows, int64_t cols);
 // Batches above this many rows take the per-call paths (MatMul).
 inline constexpr int64_t kPrepackedMaxM = 16;
+// The same under Isa::kAvx512Amx: the per-call panels' AMX-INT8 GEMM beats
+// the copy's kernels from about batch 12 (Q8_0 from 9; docs/benchmarks.md).
+inline constexpr int64_t kPrepackedAmxMaxM = 8;
 // Q4_K and Q6_K under VNNI: the copy's kernels for them are AVX2 ones, and
 // the VNNI level GEMM is faster above this (up to batch 8 reading the copy
 // as it is, beyond that filling per-call panels from it).

@@ -425,9 +425,10 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
   base::ThreadPool& pool = m * w.rows_ * w.cols_ < (int64_t{1} << 18) ? serial : caller_pool;
   const Isa isa = ActiveIsa();
   // The repacked copy serves decode-sized batches. Past kPrepackedMaxM rows
-  // (kPrepackedAmxMaxM under AMX, whose tiles make them cheaper) the per-call panels (levels
-  // expanded to bytes once per call into L2, wider tiles) win again and their packing is amortized:
-  // the same bits either way. Float types use the copy up to batch 3 under AVX2 (the GEMM above
+  // (kPrepackedAmxMaxM under AMX, whose tiles make them cheaper) the per-call
+  // panels (levels expanded to bytes once per call into L2, wider tiles) win
+  // again and their packing is amortized: the same bits either way.
+  // Float types use the copy up to batch 3 under AVX2 (the GEMM above
   // converts the borrowed data per call) and up to kGemv512MaxM under the
   // AVX-512 ISAs (the 512-bit GEMM's bits, see MatMulPrepackedAvx512).
   const bool is_float = w.type_ == GgmlType::kF16 || w.type_ == GgmlType::kBF16;

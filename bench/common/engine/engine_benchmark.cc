@@ -511,14 +511,5 @@ BENCHMARK(BM_Prefill)
 }  // namespace tandem::engine
 
 int main(int argc, char** argv) {
-  if (!tandem::engine::bench::TakeIsaFlag("engine_benchmark", &argc, argv)) {
-    return 2;
-  }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
-    return 1;
-  }
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return tandem::engine::bench::BenchmarkMainWithIsaFlag("engine_benchmark", argc, argv);
 }

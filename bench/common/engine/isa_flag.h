@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string_view>
 
+#include "benchmark/benchmark.h"
 #include "common/engine/kernels/kernels.h"
 
 namespace tandem::engine::bench {
@@ -38,6 +39,20 @@ inline bool TakeIsaFlag(const char* program, int* argc, char** argv) {
   }
   *argc = kept;
   return true;
+}
+
+// main() of a Google Benchmark binary that also takes --isa.
+inline int BenchmarkMainWithIsaFlag(const char* program, int argc, char** argv) {
+  if (!TakeIsaFlag(program, &argc, argv)) {
+    return 2;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
+    return 1;
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
 }
 
 }  // namespace tandem::engine::bench

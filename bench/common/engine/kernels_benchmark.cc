@@ -282,14 +282,5 @@ BENCHMARK(BM_PagedAttention)
 // --isa=NAME runs the kernels on that path (see isa_flag.h); the label of each
 // MatMul row names the path that ran. Other flags go to Google Benchmark.
 int main(int argc, char** argv) {
-  if (!tandem::engine::bench::TakeIsaFlag("kernels_benchmark", &argc, argv)) {
-    return 2;
-  }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
-    return 1;
-  }
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return tandem::engine::bench::BenchmarkMainWithIsaFlag("kernels_benchmark", argc, argv);
 }

@@ -296,9 +296,9 @@ void VnniTile(int mr, const uint8_t* panel, const QuantizedActs& xa, int64_t col
 // the VNNI kernels form in zmm lanes (vpdpbusd adds the same products; here
 // any offset correction is either already out, or subtracted as there). C is
 // stored and the VNNI kernel's fp32 epilogue runs on its rows unchanged, so
-// every result has the VNNI path's bits, at any batch size. Two blocks per
-// step: one's products run while the other's dots are stored and scaled.
-// Not Q6_K (see LevelAmx in kernels_levels.inc).
+// every result has the VNNI path's bits, at any batch size. Two C tiles per
+// step (two blocks, or Q6_K's two 16-halves, LevelKernelAmx): one's products
+// run while the other's dots are stored and scaled.
 
 // Tiles 0-1: C (mr rows x 16 int32); 2-3: A (mr rows x kbytes); 4-5: B
 // (kbytes / 4 rows x 64 bytes). Loaded per call, released at its end (no

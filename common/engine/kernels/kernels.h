@@ -1,8 +1,8 @@
 #pragma once
 // CPU compute kernels with run-time ISA dispatch (AVX-512 with VNNI and
 // AMX-INT8 tiles, AVX2+FMA+F16C, scalar). The scalar path is the readable
-// reference; every SIMD path is tested against it. All functions are thread-compatible; parallel
-// ones take the ThreadPool they run on.
+// reference; every SIMD path is tested against it. All functions are
+// thread-compatible; parallel ones take the ThreadPool they run on.
 
 #include <cstdint>
 #include <memory>

@@ -318,15 +318,17 @@ inline void ConfigureAmxInt8(int mr, int kbytes) {
 
 constexpr int kAmxMr = 16;  // activation rows per A tile
 
-// f(std::integral_constant<int, mr>{}) for mr in [1, MR].
-template <int MR = kAmxMr, typename F>
-void WithAmxMr(int mr, F&& f) {
-  if constexpr (MR > 1) {
-    if (mr < MR) {
-      return WithAmxMr<MR - 1>(mr, std::forward<F>(f));
+// f(std::integral_constant<int, mr>{}) for mr in [1, Max] (larger: Max), for
+// the micro-kernels templated on their activation rows (the float GEMM's,
+// Max = kFMr, and the AMX ones, Max = kAmxMr).
+template <int Max, typename F>
+void WithMr(int mr, F&& f) {
+  if constexpr (Max > 1) {
+    if (mr < Max) {
+      return WithMr<Max - 1>(mr, std::forward<F>(f));
     }
   }
-  f(std::integral_constant<int, MR>{});
+  f(std::integral_constant<int, Max>{});
 }
 
 // C tile 0 += A tile 2 x B tile 4 (kFirst), or C 1 += A 3 x B 5: s8
@@ -405,7 +407,8 @@ void KernelAmx(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, floa
 
 void AmxTile(int mr, const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
              int64_t ldy, int nvalid) {
-  WithAmxMr(mr, [&](auto n) { KernelAmx<decltype(n)::value>(panel, xa, cols, y, ldy, nvalid); });
+  WithMr<kAmxMr>(mr,
+                 [&](auto n) { KernelAmx<decltype(n)::value>(panel, xa, cols, y, ldy, nvalid); });
 }
 
 constexpr int64_t kPanelBudgetBytes = 256 * 1024;
@@ -471,33 +474,9 @@ void KernelF32x16(const float* panel, int64_t kc, const float* x, float* y, int6
 #undef F_STORE
 }
 
-// f(std::integral_constant<int, mr>{}) for mr in [1, kFMr] (larger: kFMr).
-template <typename F>
-void WithMr(int mr, F&& f) {
-  switch (mr) {
-#define F_CASE(N) \
-  case N:         \
-    return f(std::integral_constant<int, N>{});
-    F_CASE(1)
-    F_CASE(2)
-    F_CASE(3)
-    F_CASE(4)
-    F_CASE(5)
-    F_CASE(6)
-    F_CASE(7)
-    F_CASE(8)
-    F_CASE(9)
-    F_CASE(10)
-    F_CASE(11)
-#undef F_CASE
-    default:
-      return f(std::integral_constant<int, kFMr>{});
-  }
-}
-
 void KernelF32Tile(int mr, const float* panel, int64_t kc, const float* x, float* y, int64_t ldy,
                    int nvalid, bool accumulate) {
-  WithMr(mr, [&](auto n) {
+  WithMr<kFMr>(mr, [&](auto n) {
     KernelF32x16<decltype(n)::value>(panel, kc, x, y, ldy, nvalid, accumulate);
   });
 }
@@ -562,7 +541,7 @@ void KernelF32x32(const T* panel, int64_t panel_stride, int64_t kc, const float*
 
 void KernelF32Tile2(int mr, const float* panel, int64_t panel_stride, int64_t kc, const float* x,
                     float* y, int64_t ldy, int nvalid2, bool accumulate) {
-  WithMr(mr, [&](auto n) {
+  WithMr<kFMr>(mr, [&](auto n) {
     KernelF32x32<decltype(n)::value, GgmlType::kF32>(panel, panel_stride, kc, x, y, ldy, nvalid2,
                                                      accumulate);
   });
@@ -571,7 +550,7 @@ void KernelF32Tile2(int mr, const float* panel, int64_t panel_stride, int64_t kc
 template <GgmlType Src>
 void KernelHalfTile2(int mr, const uint8_t* half, int64_t stride, int64_t kc, const float* x,
                      float* y, int64_t ldy, int nvalid2, bool accumulate) {
-  WithMr(mr, [&](auto n) {
+  WithMr<kFMr>(mr, [&](auto n) {
     KernelF32x32<decltype(n)::value, Src>(half, stride, kc, x, y, ldy, nvalid2, accumulate);
   });
 }

@@ -22,7 +22,8 @@
 // repacked weights (engine::SetLoadTimeRepack(false); tandem-generate
 // --norepack), for side-by-side comparisons. --isa=NAME runs the kernels on
 // that path (isa_flag.h; e.g. --isa=avx512vnni against the default
-// avx512amx).
+// avx512amx), --prefetch=l1|l2 sets where the decode kernels prefetch
+// (engine::SetStreamPrefetch; e.g. --prefetch=l1 against Intel's default l2).
 
 #include <benchmark/benchmark.h>
 #include <time.h>

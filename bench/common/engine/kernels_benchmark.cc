@@ -23,6 +23,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -122,7 +123,8 @@ void BM_MatMul(benchmark::State& state, engine::GgmlType type) {
                                              benchmark::Counter::kIsIterationInvariantRate);
   state.counters["tok/s"] =
       benchmark::Counter(static_cast<double>(m), benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(engine::IsaName(engine::ActiveIsa()));
+  state.SetLabel(std::string(engine::IsaName(engine::ActiveIsa())) + " prefetch " +
+                 engine::StreamPrefetchName(engine::ActiveStreamPrefetch()));
 }
 
 void MatMulArgs(benchmark::internal::Benchmark* b) {

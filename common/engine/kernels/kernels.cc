@@ -8,7 +8,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -313,6 +315,39 @@ void SetActiveIsa(Isa isa) {
 }
 
 Isa ActiveIsa() { return static_cast<Isa>(ActiveIsaSlot().load(std::memory_order_relaxed)); }
+
+StreamPrefetch DetectStreamPrefetch() {
+#if defined(__x86_64__)
+  static const StreamPrefetch prefetch = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) {
+      return StreamPrefetch::kL1;
+    }
+    char vendor[12];
+    std::memcpy(vendor, &ebx, 4);
+    std::memcpy(vendor + 4, &edx, 4);
+    std::memcpy(vendor + 8, &ecx, 4);
+    return std::string_view(vendor, 12) == "GenuineIntel" ? StreamPrefetch::kL2
+                                                          : StreamPrefetch::kL1;
+  }();
+  return prefetch;
+#else
+  return StreamPrefetch::kL1;
+#endif
+}
+
+void SetStreamPrefetch(StreamPrefetch prefetch) {
+  internal::StreamPrefetchL2Slot().store(prefetch == StreamPrefetch::kL2,
+                                         std::memory_order_relaxed);
+}
+
+StreamPrefetch ActiveStreamPrefetch() {
+  return internal::StreamPrefetchToL2() ? StreamPrefetch::kL2 : StreamPrefetch::kL1;
+}
+
+const char* StreamPrefetchName(StreamPrefetch prefetch) {
+  return prefetch == StreamPrefetch::kL2 ? "l2" : "l1";
+}
 
 const char* IsaName(Isa isa) {
   switch (isa) {

@@ -31,6 +31,20 @@ void SetActiveIsa(Isa isa);
 Isa ActiveIsa();
 const char* IsaName(Isa isa);
 
+// Where the kernels streaming a load-time copy at decode-sized batches (the
+// batch-1 GEMVs above all) send their software prefetches, a fixed distance
+// ahead of the weight stream: kL2 (PREFETCHT1) on Intel CPUs, where a
+// prefetch into L1 holds one of the core's few L1 fill buffers for a whole
+// DRAM round trip and so capped one core's stream (kL2 measured 1.1-1.4x at
+// batch 1 on a Xeon with AMX, docs/benchmarks.md); kL1 (PREFETCHT0) on other
+// CPUs (tuned on AMD Zen 3 and Zen 5; Zen 4 and later may drop T1 / T2
+// prefetches). Results never depend on it. Set: for benchmarks comparing.
+enum class StreamPrefetch { kL1 = 0, kL2 = 1 };
+StreamPrefetch DetectStreamPrefetch();
+void SetStreamPrefetch(StreamPrefetch prefetch);
+StreamPrefetch ActiveStreamPrefetch();
+const char* StreamPrefetchName(StreamPrefetch prefetch);
+
 // A weight matrix of `rows` output features by `cols` inputs, each row stored
 // in `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
 // Borrows `data` (which must outlive it) and, where the ISA active at

@@ -823,24 +823,6 @@ void PrepackPanel8(const WeightView& w, const uint8_t* const rows[kPPRows], uint
 }
 
 // Q4_0, MR <= kQMrQ4: KernelQ4<MR, kUnsigned>'s arithmetic on a prepacked panel.
-// Software prefetch, kPrefetchAheadBytes ahead of where a prepacked kernel
-// reads. A panel is its levels for every chunk (block or super-block), then
-// their factors, and the panels of a task lie back to back; chunk c of a
-// panel of `stride` bytes per chunk prefetches the lines of bytes [A + c *
-// stride, A + (c + 1) * stride) from the panel's start, each line once: the
-// levels and factors ahead in proportion, and past the panel's end the next
-// panel's (this thread's next; another's, or unmapped memory past the copy,
-// harmlessly: a prefetch never faults). The hardware prefetchers alone left
-// batch-1 decode latency-bound on an AVX-512 Zen 5 VM (Q4_0 at 8.5 GB/s of
-// 31); 4-16 KiB ahead gave 18-26 GB/s (kernels_benchmark, docs/benchmarks.md).
-constexpr int64_t kPrefetchAheadBytes = 12 * 1024;
-inline void PrefetchAhead(const uint8_t* panel, int64_t c, int64_t stride) {
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(panel) + kPrefetchAheadBytes + c * stride;
-  for (uintptr_t a = (lo + 63) & ~uintptr_t{63}; a < lo + stride; a += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
-  }
-}
-
 template <int MR>
 void KernelQ4Prepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
                        int64_t ldy, int nvalid) {
@@ -854,10 +836,11 @@ void KernelQ4Prepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t co
   const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
   const uint8_t *x1 = x0 + cols, *x2 = x0 + 2 * cols, *x3 = x0 + 3 * cols, *x4 = x0 + 4 * cols,
                 *x5 = x0 + 5 * cols;
+  const bool to_l2 = StreamPrefetchToL2();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = panel + b * 128;
     const int64_t xo = b * kQBlock;
-    PrefetchAhead(panel, b, 128 + 2 * kPPRows);
+    PrefetchAhead(panel, b, 128 + 2 * kPPRows, to_l2);
     __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0;
 #pragma GCC unroll 4
     for (int d = 0; d < 4; ++d) {
@@ -898,10 +881,11 @@ void KernelQ8Prepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t co
   const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
   const uint8_t *x1 = x0 + cols, *x2 = x0 + 2 * cols, *x3 = x0 + 3 * cols;
   const uint8_t *x4 = nullptr, *x5 = nullptr;
+  const bool to_l2 = StreamPrefetchToL2();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = panel + b * 256;
     const int64_t xo = b * kQBlock;
-    PrefetchAhead(panel, b, 256 + 2 * kPPRows);
+    PrefetchAhead(panel, b, 256 + 2 * kPPRows, to_l2);
     __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4, s5;
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
@@ -959,10 +943,11 @@ void KernelQ8PrepackedAbsX(const uint8_t* panel, const QuantizedActs& xa, int64_
   const uint8_t* x1 = x0 + cols;
   const uint8_t* a0 = xa.qabs;
   const uint8_t* a1 = a0 + cols;
+  const bool to_l2 = StreamPrefetchToL2();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = panel + b * 256;
     const int64_t xo = b * kQBlock;
-    PrefetchAhead(panel, b, 256 + 2 * kPPRows);
+    PrefetchAhead(panel, b, 256 + 2 * kPPRows, to_l2);
     __m256i s0 = _mm256_setzero_si256(), s1 = s0;
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
@@ -1006,10 +991,11 @@ void KernelLevel32Prepacked(const uint8_t* panel, const QuantizedActs& xa, int64
   const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
   const uint8_t *x1 = x0 + cols, *x2 = x0 + 2 * cols, *x3 = x0 + 3 * cols;
   const uint8_t *x4 = nullptr, *x5 = nullptr;
+  const bool to_l2 = StreamPrefetchToL2();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = panel + b * 128;
     const uint8_t* e = extras + b * kExtra;
-    PrefetchAhead(panel, b, 128 + kExtra);
+    PrefetchAhead(panel, b, 128 + kExtra, to_l2);
     const uint8_t* f = e + (kQ5 ? 4 * kPPRows : 0);
     const int64_t xo = b * kQBlock;
     [[maybe_unused]] const __m256i qh = kQ5 ? LoadU(e) : _mm256_setzero_si256();
@@ -1084,10 +1070,11 @@ void KernelQ4KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t c
   const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
   const uint8_t *x1 = x0 + cols, *x2 = x0 + 2 * cols, *x3 = x0 + 3 * cols;
   const uint8_t *x4 = nullptr, *x5 = nullptr;
+  const bool to_l2 = StreamPrefetchToL2();
   for (int64_t c = 0; c < n_chunks; ++c) {
     const uint8_t* lv = panel + c * kQ4KLevelBytes8;
     const uint8_t* f = factors + c * kQ4KFactorBytes8;
-    PrefetchAhead(panel, c, kQ4KLevelBytes8 + kQ4KFactorBytes8);
+    PrefetchAhead(panel, c, kQ4KLevelBytes8 + kQ4KFactorBytes8, to_l2);
     const __m256 d = HalvesToPs(f);
     const __m256 dmin = HalvesToPs(f + 2 * kPPRows);
     const uint8_t* sc = f + 4 * kPPRows;
@@ -1150,9 +1137,10 @@ void KernelQ6KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t c
   const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
   const uint8_t *x1 = x0 + cols, *x2 = x0 + 2 * cols, *x3 = x0 + 3 * cols;
   const uint8_t *x4 = nullptr, *x5 = nullptr;
+  const bool to_l2 = StreamPrefetchToL2();
   for (int64_t c = 0; c < n_chunks; ++c) {
     const uint8_t* lv = panel + c * kQ6KLevelBytes8;
-    PrefetchAhead(panel, c, kQ6KLevelBytes8 + kQ6KFactorBytes8);
+    PrefetchAhead(panel, c, kQ6KLevelBytes8 + kQ6KFactorBytes8, to_l2);
     const uint8_t* f = factors + c * kQ6KFactorBytes8;
     const __m256 d = HalvesToPs(f);
     const uint8_t* sc = f + 2 * kPPRows;
@@ -1566,6 +1554,7 @@ void GemvPrepacked16(const WeightView& w, const uint8_t* panel, int64_t r0, cons
   static_assert(MI >= 1 && MI <= 3);
   const int64_t cols = w.cols;
   const int nvalid = static_cast<int>(std::min<int64_t>(kF16PanelRows, w.rows - r0));
+  const bool to_l2 = StreamPrefetchToL2();
   for (int64_t k0 = 0; k0 < cols; k0 += kFKc) {
     const int64_t k_end = std::min(cols, k0 + kFKc);
     __m256 lo[MI], hi[MI];
@@ -1578,7 +1567,7 @@ void GemvPrepacked16(const WeightView& w, const uint8_t* panel, int64_t r0, cons
 #pragma GCC unroll 4
     for (int64_t k = k0; k < k_end; ++k, pk += kF16PanelRows * 2) {
       if ((k & 1) == 0) {  // a 64-byte line per two k (see PrefetchAhead)
-        _mm_prefetch(reinterpret_cast<const char*>(pk + kPrefetchAheadBytes), _MM_HINT_T0);
+        PrefetchLine(pk + kPrefetchAheadBytes, to_l2);
       }
       const __m256 wl = Load8<T>(pk, 0);
       const __m256 wh = Load8<T>(pk + 16, 0);

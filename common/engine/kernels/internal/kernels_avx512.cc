@@ -571,14 +571,6 @@ void KernelHalfTile2(int mr, const uint8_t* half, int64_t stride, int64_t kc, co
 
 constexpr int kPP8Rows = 8;
 constexpr int kPPVnniMr = 8;
-// As kernels_avx2.cc's PrefetchAhead (the same layouts, the same distance).
-constexpr int64_t kPrefetchAheadBytes = 12 * 1024;
-inline void PrefetchAhead(const uint8_t* panel, int64_t c, int64_t stride) {
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(panel) + kPrefetchAheadBytes + c * stride;
-  for (uintptr_t a = (lo + 63) & ~uintptr_t{63}; a < lo + stride; a += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
-  }
-}
 
 inline __m256i Bcast32y(const uint8_t* p) {
   int32_t v;
@@ -622,10 +614,11 @@ void KernelPrepackedVnni(const uint8_t* panel, const QuantizedActs& xa, int64_t 
     acc[i] = _mm256_setzero_ps();
     xr[i] = reinterpret_cast<const uint8_t*>(xa.qs) + i * cols;
   }
+  const bool to_l2 = StreamPrefetchToL2();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = panel + b * kQuantBytes;
     const int64_t xo = b * kQBlock;
-    PrefetchAhead(panel, b, kQuantBytes + 2 * kPP8Rows);
+    PrefetchAhead(panel, b, kQuantBytes + 2 * kPP8Rows, to_l2);
     __m256i s[MR][K];
     for (int i = 0; i < MR; ++i) {
       for (int k = 0; k < K; ++k) {
@@ -706,6 +699,7 @@ void GemvPrepacked512(const WeightView& w, const uint8_t* panel, int64_t r0, con
   const int64_t cols = w.cols;
   const int nvalid = static_cast<int>(std::min<int64_t>(kFloatPanelRows, w.rows - r0));
   const __mmask16 mask = RowMask(nvalid);
+  const bool to_l2 = StreamPrefetchToL2();
   for (int64_t k0 = 0; k0 < cols; k0 += kFloatKc) {
     const int64_t k_end = std::min(cols, k0 + kFloatKc);
     __m512 acc[MI];
@@ -716,7 +710,7 @@ void GemvPrepacked512(const WeightView& w, const uint8_t* panel, int64_t r0, con
 #pragma GCC unroll 4
     for (int64_t k = k0; k < k_end; ++k, pk += kFloatPanelRows * 2) {
       if ((k & 1) == 0) {
-        _mm_prefetch(reinterpret_cast<const char*>(pk + kPrefetchAheadBytes), _MM_HINT_T0);
+        PrefetchLine(pk + kPrefetchAheadBytes, to_l2);
       }
       const __m512 wv = LoadPanelRow<T>(panel, k);
       for (int i = 0; i < MI; ++i) {

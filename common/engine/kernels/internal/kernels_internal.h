@@ -5,11 +5,16 @@
 // (one TU's copy could be picked by the linker for another): SIMD helpers
 // live in anonymous namespaces inside their own file.
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include "absl/functional/function_ref.h"
 #include "common/base/thread_pool.h"
@@ -349,6 +354,50 @@ void PrepackedGemm(const WeightView& w, const uint8_t* packed, const QuantizedAc
 int64_t PrepackedAvx2Bytes(GgmlType type, int64_t rows, int64_t cols);
 // Batches above this many rows take the per-call paths (MatMul).
 inline constexpr int64_t kPrepackedMaxM = 16;
+
+// ActiveStreamPrefetch() == StreamPrefetch::kL2 (SetStreamPrefetch stores it).
+inline std::atomic<bool>& StreamPrefetchL2Slot() {
+  static std::atomic<bool> slot{DetectStreamPrefetch() == StreamPrefetch::kL2};
+  return slot;
+}
+inline bool StreamPrefetchToL2() { return StreamPrefetchL2Slot().load(std::memory_order_relaxed); }
+
+#if defined(__x86_64__)
+// Software prefetch, kPrefetchAheadBytes ahead of where a kernel reading the
+// load-time copy reads, into L2 if `to_l2` (StreamPrefetchToL2(), read once
+// per kernel call, outside its loops), else into L1. A panel is its
+// levels for every chunk (block or super-block), then their factors, and the
+// panels of a task lie back to back; chunk c of a panel of `stride` bytes per
+// chunk prefetches the lines of bytes [A + c * stride, A + (c + 1) * stride)
+// from the panel's start, each line once: the levels and factors ahead in
+// proportion, and past the panel's end the next panel's (this thread's next;
+// another's, or unmapped memory past the copy, harmlessly: a prefetch never
+// faults). The hardware prefetchers alone left batch-1 decode latency-bound
+// on an AVX-512 Zen 5 VM (Q4_0 at 8.5 GB/s of 31); 4-16 KiB ahead gave 18-26
+// GB/s (kernels_benchmark, docs/benchmarks.md).
+inline constexpr int64_t kPrefetchAheadBytes = 12 * 1024;
+inline void PrefetchAhead(const uint8_t* panel, int64_t c, int64_t stride, bool to_l2) {
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(panel) + kPrefetchAheadBytes + c * stride;
+  const uintptr_t first = (lo + 63) & ~uintptr_t{63};
+  if (to_l2) {
+    for (uintptr_t a = first; a < lo + stride; a += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T1);
+    }
+  } else {
+    for (uintptr_t a = first; a < lo + stride; a += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
+    }
+  }
+}
+// The line at p (the F16 / BF16 GEMVs' one per 64 bytes of their stream).
+inline void PrefetchLine(const void* p, bool to_l2) {
+  if (to_l2) {
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
+  } else {
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+  }
+}
+#endif
 // The same under Isa::kAvx512Amx: the per-call panels' AMX-INT8 GEMM beats
 // the copy's kernels from about batch 12 (Q8_0 from 9; docs/benchmarks.md).
 inline constexpr int64_t kPrepackedAmxMaxM = 8;

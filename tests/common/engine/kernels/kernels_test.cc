@@ -29,11 +29,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/thread_pool.h"
 #include "common/engine/format/ggml_type.h"
@@ -590,12 +593,20 @@ TEST_P(PrepackedTest, EqualsPerCallPathsBitwise) {
         if (m > 1) {  // a zero block
           std::fill(x.begin() + cols, x.begin() + cols + std::min<int64_t>(cols, 32), 0.0f);
         }
-        std::vector<float> want(m * rows, -1.0f), got(m * rows, -2.0f), got1(m * rows, -3.0f);
+        std::vector<float> want(m * rows, -1.0f);
         MatMul(plain, x.data(), m, want.data(), pool3);
-        MatMul(packed, x.data(), m, got.data(), pool3);
-        MatMul(packed, x.data(), m, got1.data(), pool1);
-        EXPECT_EQ(got, want) << "m=" << m;
-        EXPECT_EQ(got1, want) << "m=" << m << ", 1 thread";
+        // Either prefetch level (which changes the copy's kernels' loops, not
+        // their arithmetic).
+        for (StreamPrefetch prefetch : {StreamPrefetch::kL1, StreamPrefetch::kL2}) {
+          SetStreamPrefetch(prefetch);
+          std::vector<float> got(m * rows, -2.0f), got1(m * rows, -3.0f);
+          MatMul(packed, x.data(), m, got.data(), pool3);
+          MatMul(packed, x.data(), m, got1.data(), pool1);
+          EXPECT_EQ(got, want) << "m=" << m << ", prefetch " << StreamPrefetchName(prefetch);
+          EXPECT_EQ(got1, want) << "m=" << m << ", 1 thread, prefetch "
+                                << StreamPrefetchName(prefetch);
+        }
+        SetStreamPrefetch(DetectStreamPrefetch());
       }
       // Another ISA made active after creation reads the borrowed data.
       SetActiveIsa(Isa::kScalar);
@@ -700,6 +711,31 @@ TEST(IsaTest, SetActiveIsaClampsToDetected) {
   SetActiveIsa(Isa::kScalar);
   EXPECT_EQ(ActiveIsa(), Isa::kScalar);
   EXPECT_STREQ(IsaName(Isa::kAvx2), "avx2");
+}
+
+// The decode kernels prefetch into L2 on Intel CPUs and into L1 on others,
+// read here from the kernel's own report of the vendor (/proc/cpuinfo).
+TEST(StreamPrefetchTest, L2OnIntelL1Elsewhere) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, vendor;
+  while (vendor.empty() && std::getline(cpuinfo, line)) {
+    if (absl::StartsWith(line, "vendor_id")) {
+      vendor = std::string(absl::StripAsciiWhitespace(line.substr(line.find(':') + 1)));
+    }
+  }
+  if (vendor.empty()) {
+    GTEST_SKIP() << "no vendor_id in /proc/cpuinfo";
+  }
+  EXPECT_EQ(DetectStreamPrefetch(),
+            vendor == "GenuineIntel" ? StreamPrefetch::kL2 : StreamPrefetch::kL1)
+      << vendor;
+  EXPECT_EQ(ActiveStreamPrefetch(), DetectStreamPrefetch());
+  SetStreamPrefetch(StreamPrefetch::kL1);
+  EXPECT_EQ(ActiveStreamPrefetch(), StreamPrefetch::kL1);
+  SetStreamPrefetch(StreamPrefetch::kL2);
+  EXPECT_EQ(ActiveStreamPrefetch(), StreamPrefetch::kL2);
+  SetStreamPrefetch(DetectStreamPrefetch());
+  EXPECT_STREQ(StreamPrefetchName(StreamPrefetch::kL2), "l2");
 }
 
 // ---------------------------------------------------------------------------

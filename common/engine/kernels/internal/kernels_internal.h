@@ -363,6 +363,12 @@ inline std::atomic<bool>& StreamPrefetchL2Slot() {
 inline bool StreamPrefetchToL2() { return StreamPrefetchL2Slot().load(std::memory_order_relaxed); }
 
 #if defined(__x86_64__)
+inline constexpr int64_t kPrefetchAheadBytes = 12 * 1024;
+// PrefetchAhead and PrefetchLine have internal linkage (the rule at the top of
+// this file): each ISA's file compiles, and calls, its own copy under its own
+// -m flags.
+namespace {  // NOLINT(build/namespaces): per-TU copies on purpose
+
 // Software prefetch, kPrefetchAheadBytes ahead of where a kernel reading the
 // load-time copy reads, into L2 if `to_l2` (StreamPrefetchToL2(), read once
 // per kernel call, outside its loops), else into L1. A panel is its
@@ -375,7 +381,6 @@ inline bool StreamPrefetchToL2() { return StreamPrefetchL2Slot().load(std::memor
 // faults). The hardware prefetchers alone left batch-1 decode latency-bound
 // on an AVX-512 Zen 5 VM (Q4_0 at 8.5 GB/s of 31); 4-16 KiB ahead gave 18-26
 // GB/s (kernels_benchmark, docs/benchmarks.md).
-inline constexpr int64_t kPrefetchAheadBytes = 12 * 1024;
 inline void PrefetchAhead(const uint8_t* panel, int64_t c, int64_t stride, bool to_l2) {
   const uintptr_t lo = reinterpret_cast<uintptr_t>(panel) + kPrefetchAheadBytes + c * stride;
   const uintptr_t first = (lo + 63) & ~uintptr_t{63};
@@ -397,6 +402,8 @@ inline void PrefetchLine(const void* p, bool to_l2) {
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
   }
 }
+
+}  // namespace
 #endif
 // The same under Isa::kAvx512Amx: the per-call panels' AMX-INT8 GEMM beats
 // the copy's kernels from about batch 12 (Q8_0 from 9; docs/benchmarks.md).

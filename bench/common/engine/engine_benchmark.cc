@@ -26,10 +26,7 @@
 // (engine::SetStreamPrefetch; e.g. --prefetch=l1 against Intel's default l2).
 
 #include <benchmark/benchmark.h>
-#include <sys/mman.h>
 #include <time.h>
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <array>
@@ -45,6 +42,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/common/engine/isa_flag.h"
+#include "bench/common/engine/read_probe.h"
 #include "common/base/thread_pool.h"
 #include "common/engine/engine.h"
 #include "common/engine/format/gguf.h"
@@ -169,77 +167,36 @@ const engine::Model& TinyLlama(int t) {
   return *slot;
 }
 
-// How the read-bandwidth probe streams: plain loads (the hardware
-// prefetchers alone), or with a software prefetch 12 KiB ahead per line into
-// L1 (PREFETCHT0) or L2 (PREFETCHT1), as the decode kernels do
-// (engine::StreamPrefetch). The bound is the best of them, over a buffer in
-// transparent huge pages as the load-time weight copy is: on the Xeon with
-// AMX, the earlier probe (one plain pass over 4 KiB pages) read 9.4 GB/s at 1
-// thread where this one reads 16.5, and F16 decode streamed 19
-// (docs/benchmarks.md).
-enum class ProbeMode { kPlain = 0, kPrefetchL1 = 1, kPrefetchL2 = 2 };
-constexpr const char* kProbeModeNames[] = {"plain", "prefetch l1", "prefetch l2"};
-
-// Sums [p, p + n) 64-bit words with AVX2 loads, two per 64-byte line, into
-// four independent accumulators (the loads, not the adds, bound it). Every
-// machine we run on has AVX2.
-__attribute__((target("avx2"))) uint64_t SumChunk(const uint64_t* p, size_t n, ProbeMode mode) {
-  constexpr size_t kAhead = 12 * 1024 / sizeof(uint64_t);
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 16 <= n; i += 16) {  // two lines per step
-    if (mode == ProbeMode::kPrefetchL1) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + kAhead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + 8 + kAhead), _MM_HINT_T0);
-    } else if (mode == ProbeMode::kPrefetchL2) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + kAhead), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + 8 + kAhead), _MM_HINT_T1);
-    }
-    const auto* v = reinterpret_cast<const __m256i*>(p + i);
-    a0 = _mm256_add_epi64(a0, _mm256_load_si256(v));
-    a1 = _mm256_add_epi64(a1, _mm256_load_si256(v + 1));
-    a2 = _mm256_add_epi64(a2, _mm256_load_si256(v + 2));
-    a3 = _mm256_add_epi64(a3, _mm256_load_si256(v + 3));
-  }
-  alignas(32) uint64_t t[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(t),
-                     _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
-  return t[0] + t[1] + t[2] + t[3];
-}
-
 // Read bandwidth of this machine, bytes/s, measured with `threads` threads
-// summing a 1 GiB buffer: the best of 3 passes in each ProbeMode, each mode's
-// best also in `by_mode` when given.
-double ReadBandwidth(int threads, std::array<double, 3>* by_mode = nullptr) {
-  static std::map<int, std::array<double, 3>> cache;
+// summing a 1 GiB buffer (read_probe.h): the best of 3 passes in each
+// ProbeMode, each mode's best also in `by_mode` when given. The bound is the
+// best mode.
+double ReadBandwidth(int threads, std::array<double, bench::kProbeModes>* by_mode = nullptr) {
+  static std::map<int, std::array<double, bench::kProbeModes>> cache;
   if (!cache.count(threads)) {
-    constexpr size_t n = (1ull << 30) / sizeof(uint64_t);
-    // 2 MiB-aligned with transparent huge pages advised, as the load-time
-    // weight copy is (engine::WeightMatrix).
-    static uint64_t* buf = [] {
-      auto* b = static_cast<uint64_t*>(std::aligned_alloc(size_t{2} << 20, n * sizeof(uint64_t)));
-      madvise(b, n * sizeof(uint64_t), MADV_HUGEPAGE);
-      for (size_t i = 0; i < n; ++i) b[i] = i;
-      return b;
-    }();
+    constexpr size_t kBytes = size_t{1} << 30;
+    constexpr size_t n = kBytes / sizeof(uint64_t);
+    static const uint64_t* buf = bench::HugePageWords(kBytes).release();
     base::ThreadPool pool(threads);
-    std::array<double, 3> best{};
+    std::array<double, bench::kProbeModes> best{};
     std::atomic<uint64_t> sink{0};
     for (int rep = 0; rep < 3; ++rep) {
-      for (int mode = 0; mode < 3; ++mode) {
+      for (int mode = 0; mode < bench::kProbeModes; ++mode) {
         auto start = std::chrono::steady_clock::now();
         pool.Run(threads * 16, [&](int64_t task, int) {
           const size_t chunk = n / (threads * 16);
-          sink.fetch_add(SumChunk(buf + task * chunk, chunk, static_cast<ProbeMode>(mode)),
-                         std::memory_order_relaxed);
+          sink.fetch_add(
+              bench::SumWords(buf + task * chunk, chunk, static_cast<bench::ProbeMode>(mode)),
+              std::memory_order_relaxed);
         });
         double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        best[mode] = std::max(best[mode], n * sizeof(uint64_t) / s);
+        best[mode] = std::max(best[mode], kBytes / s);
       }
     }
     benchmark::DoNotOptimize(sink.load());
     cache[threads] = best;
   }
-  const std::array<double, 3>& best = cache[threads];
+  const std::array<double, bench::kProbeModes>& best = cache[threads];
   if (by_mode != nullptr) *by_mode = best;
   return *std::max_element(best.begin(), best.end());
 }
@@ -247,13 +204,13 @@ double ReadBandwidth(int threads, std::array<double, 3>* by_mode = nullptr) {
 void BM_MemoryReadBandwidth(benchmark::State& state) {
   const int threads = state.range(0);
   double bw = 0;
-  std::array<double, 3> by_mode{};
+  std::array<double, bench::kProbeModes> by_mode{};
   for (auto _ : state) {
     bw = ReadBandwidth(threads, &by_mode);
   }
   state.counters["GB/s"] = bw / 1e9;
-  for (int mode = 0; mode < 3; ++mode) {
-    state.counters[absl::StrCat(kProbeModeNames[mode], " GB/s")] = by_mode[mode] / 1e9;
+  for (int mode = 0; mode < bench::kProbeModes; ++mode) {
+    state.counters[absl::StrCat(bench::kProbeModeNames[mode], " GB/s")] = by_mode[mode] / 1e9;
   }
 }
 BENCHMARK(BM_MemoryReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->Iterations(1)

@@ -4,7 +4,7 @@
 //   BM_MatMul_<type>/m/shape/threads   shape: 0 = 2048x2048 (attn), 1 = 5632x2048
 //                                      (ffn gate/up), 2 = 2048x5632 (ffn down),
 //                                      3 = 32000x2048 (lm head); rows x cols.
-//   BM_MemoryBandwidth/threads         read bandwidth bound (1 GiB, AVX2 loads)
+//   BM_MemoryBandwidth/threads         read bandwidth (1 GiB in huge pages, AVX2 loads)
 //   BM_PagedAttention/batch/ctx/dtype/threads
 //   BM_ThreadPoolJob/threads/tasks     fork/join overhead of one job
 //
@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "bench/common/engine/isa_flag.h"
+#include "bench/common/engine/read_probe.h"
 #include "benchmark/benchmark.h"
 #include "common/base/thread_pool.h"
 #include "common/engine/format/ggml_type.h"
@@ -161,37 +162,20 @@ BENCHMARK(BM_MatMul_Q4_K)->Apply(MatMulArgs);
 BENCHMARK(BM_MatMul_Q5_K)->Apply(MatMulArgs);
 BENCHMARK(BM_MatMul_Q6_K)->Apply(MatMulArgs);
 
-// Sums [p, p + n) floats with four independent AVX2 accumulators (loads are
-// the only limit). Compiled for AVX2 here only; the machines we run on have it.
-__attribute__((target("avx2"))) float SumAvx2(const float* p, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-  for (int64_t i = 0; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-  }
-  alignas(32) float t[8];
-  _mm256_store_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-}
-
+// Plain AVX2 loads over huge pages (read_probe.h; engine_benchmark's
+// BM_MemoryReadBandwidth also tries the prefetching modes and takes the best).
 void BM_MemoryBandwidth(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   constexpr int64_t kBytes = int64_t{1} << 30;
-  constexpr int64_t kFloats = kBytes / 4;
+  constexpr int64_t kWords = kBytes / 8;
   constexpr int64_t kChunks = 256;  // 4 MiB tasks, handed out dynamically
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float, Free> buf(static_cast<float*>(std::aligned_alloc(64, kBytes)));
-  std::memset(buf.get(), 0, kBytes);  // fault the pages in
+  const auto buf = bench::HugePageWords(kBytes);
   base::ThreadPool pool(threads);
-  std::vector<float> partial(kChunks);
+  std::vector<uint64_t> partial(kChunks);
   for (auto _ : state) {
     pool.Run(kChunks, [&](int64_t task, int) {
-      partial[task] = SumAvx2(buf.get() + task * (kFloats / kChunks), kFloats / kChunks);
+      partial[task] = bench::SumWords(buf.get() + task * (kWords / kChunks), kWords / kChunks,
+                                      bench::ProbeMode::kPlain);
     });
     benchmark::DoNotOptimize(partial.data());
   }

@@ -51,8 +51,8 @@ const char* StreamPrefetchName(StreamPrefetch prefetch);
 // creation has kernels for a load-time layout of the type, also owns a
 // repacked copy (the AVX2 layouts, made under AVX2 and under the AVX-512
 // ISAs, whose per-call paths they match bit for bit: Q4_0, Q8_0, Q4_1, Q5_0,
-// Q5_1, Q4_K, Q6_K, F16, BF16; as many bytes as the GGUF data, Q4_K 2.8 %
-// more). MatMul multiplies decode-sized batches (up to 16 rows; F16 / BF16
+// Q5_1, Q4_K, Q5_K, Q6_K, F16, BF16; as many bytes as the GGUF data, Q4_K
+// 2.8 % and Q5_K 2.3 % more). MatMul multiplies decode-sized batches (up to 16 rows; F16 / BF16
 // up to 3, or 8 under AVX-512) with the copy while that ISA stays active,
 // and larger batches, or any batch under another ISA, with the borrowed
 // data; every path gives the same bits.

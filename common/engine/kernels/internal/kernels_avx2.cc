@@ -627,7 +627,7 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
 
 // ---------------------------------------------------------------------------
 // Weights repacked once at load (WeightMatrix::Create): Q4_0, Q8_0, Q4_1,
-// Q5_0, Q5_1, Q4_K, Q6_K
+// Q5_0, Q5_1, Q4_K, Q5_K, Q6_K
 // ---------------------------------------------------------------------------
 //
 // The per-call panels above rebuild a transposed copy of every weight on
@@ -639,12 +639,16 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
 // quants of all its blocks (or super-blocks) followed by their factors; in
 // quant vector v of a block, lane r holds dword v of row r's quant bytes
 // (Q4_0, Q4_1, Q5_0, Q5_1: the 16 nibble bytes; Q8_0: the 32 bytes; Q4_K: qs bytes 32j + 4g
-// for pair j, group g; Q6_K: ql bytes 64h + 32p + 4g (half h, part p), then
-// qh bytes 32h + 4g). Factors: fp16 d [8] per block (Q4_0, Q8_0); the Q5
-// types' qh words [8], then d [8] and m [8] (with a min) per block; d [8],
-// dmin [8] fp16 and the 6-bit scales and mins unpacked to u8 [8][8] per
-// super-block (Q4_K: 148 bytes per row and super-block where GGUF has 144);
-// d [8] fp16 and the int8 scales [16][8] (Q6_K).
+// for pair j, group g; Q5_K: qh bytes 4g, then the qs dwords as Q4_K's;
+// Q6_K: ql bytes 64h + 32p + 4g (half h, part p), then qh bytes 32h + 4g).
+// Factors: fp16 d [8] per block (Q4_0, Q8_0); the Q5 types' qh words [8],
+// then d [8] and m [8] (with a min) per block; d [8], dmin [8] fp16 and the
+// 6-bit scales and mins unpacked to u8 [8][8] per super-block (Q4_K, Q5_K:
+// 148 / 180 bytes per row and super-block where GGUF has 144 / 176); d [8]
+// fp16 and the int8 scales [16][8] (Q6_K). The K-quants' level vectors are
+// thus, in order, the dwords of GGUF's level bytes (qs; qh then qs; ql then
+// qh: vector 8i + g is dword g of their 32-byte vector i), which is what the
+// per-call panel packers decode (LevelsFromRaw).
 //
 // The arithmetic: exact integer dots per block (or 16-half), the same values
 // the per-call kernels form, then the same fp32 operations in the same order
@@ -654,7 +658,9 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
 
 constexpr int kPPRows = 8;
 static_assert(kQ4KLevelBytes8 + kQ4KFactorBytes8 == kPPRows * (sizeof(BlockQ4_K) + 4));
+static_assert(kQ5KLevelBytes8 + kQ5KFactorBytes8 == kPPRows * (sizeof(BlockQ5_K) + 4));
 static_assert(kQ6KLevelBytes8 + kQ6KFactorBytes8 == kPPRows * sizeof(BlockQ6_K));
+static_assert(offsetof(BlockQ5_K, qs) == offsetof(BlockQ5_K, qh) + kQK_K / 8);
 
 // Q4_1, Q5_0, Q5_1: bytes per block after the 128 nibble bytes: the fifth
 // bits (Q5: 4 bytes per row, as in the block), then fp16 d [8] and m [8]
@@ -680,6 +686,8 @@ int64_t PrepackedPanelBytes8(GgmlType type, int64_t cols) {
       return cols / kQBlock * (128 + Level32ExtraBytes(type));
     case GgmlType::kQ4_K:
       return cols / kQK_K * (kQ4KLevelBytes8 + kQ4KFactorBytes8);
+    case GgmlType::kQ5_K:
+      return cols / kQK_K * (kQ5KLevelBytes8 + kQ5KFactorBytes8);
     case GgmlType::kQ6_K:
       return cols / kQK_K * (kQ6KLevelBytes8 + kQ6KFactorBytes8);
     default:
@@ -770,15 +778,26 @@ void PrepackPanel8(const WeightView& w, const uint8_t* const rows[kPPRows], uint
       }
       return;
     }
-    case GgmlType::kQ4_K: {
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K: {
+      // Q4_K: qs (128 bytes: 4 pairs x 8 dwords); Q5_K: qh (32) and qs,
+      // contiguous in the block. d, dmin and scales lie alike in both.
+      static_assert(offsetof(BlockQ5_K, d) == offsetof(BlockQ4_K, d) &&
+                    offsetof(BlockQ5_K, dmin) == offsetof(BlockQ4_K, dmin) &&
+                    offsetof(BlockQ5_K, scales) == offsetof(BlockQ4_K, scales));
+      const bool q5 = w.type == GgmlType::kQ5_K;
+      const int64_t level_bytes = q5 ? kQ5KLevelBytes8 : kQ4KLevelBytes8;
+      const int64_t block_bytes = GgmlTypeSize(w.type);
+      const int64_t levels_at = q5 ? offsetof(BlockQ5_K, qh) : offsetof(BlockQ4_K, qs);
+      const int n_vectors = static_cast<int>(level_bytes / 32);
       const int64_t n_chunks = w.cols / kQK_K;
-      uint8_t* factors = panel + n_chunks * kQ4KLevelBytes8;
+      uint8_t* factors = panel + n_chunks * level_bytes;
       for (int64_t c = 0; c < n_chunks; ++c) {
-        const int64_t off = c * static_cast<int64_t>(sizeof(BlockQ4_K));
-        __m256i v[32];
-        GatherDwords8(rows, off + offsetof(BlockQ4_K, qs), 8, v);  // 128 bytes: 4 pairs x 8
-        for (int i = 0; i < 32; ++i) {
-          StoreU(panel + c * kQ4KLevelBytes8 + 32 * i, v[i]);
+        const int64_t off = c * block_bytes;
+        __m256i v[kQ5KLevelBytes8 / 32];
+        GatherDwords8(rows, off + levels_at, n_vectors / 4, v);
+        for (int i = 0; i < n_vectors; ++i) {
+          StoreU(panel + c * level_bytes + 32 * i, v[i]);
         }
         uint8_t* f = factors + c * kQ4KFactorBytes8;
         uint8_t* sc = f + 4 * kPPRows;
@@ -1120,6 +1139,98 @@ void KernelQ4KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t c
 #undef PP_STORE
 }
 
+// Q5_K, MR <= 4: LevelKernel's arithmetic, one sub-block at a time. Levels
+// (<= 31): the qs nibbles of sub-block sb (low ones for even sb) with bit sb
+// of each qh byte moved to bit 4 (one immediate 16-bit shift, none for sb =
+// 4, and a mask: a shift carries bits across bytes only where the mask drops
+// them), as LevelsFromRaw. Groups 0-3 and 4-7 sum 4 vpmaddubsw pairs each in
+// int16 (<= 31496), widened and added to the sub-block's exact dot.
+template <int MR>
+void KernelQ5KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
+                        int64_t ldy, int nvalid) {
+  static_assert(MR >= 1 && MR <= 4);
+  const int64_t nb = xa.nb;
+  const int64_t n_chunks = nb / 8;
+  const uint8_t* factors = panel + n_chunks * kQ5KLevelBytes8;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m10 = _mm256_set1_epi8(0x10);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256 neg = _mm256_set1_ps(-0.0f);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4, acc5;
+  const auto* x0 = reinterpret_cast<const uint8_t*>(xa.qs);
+  const uint8_t *x1 = x0 + cols, *x2 = x0 + 2 * cols, *x3 = x0 + 3 * cols;
+  const uint8_t *x4 = nullptr, *x5 = nullptr;
+  const bool to_l2 = StreamPrefetchToL2();
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const uint8_t* lv = panel + c * kQ5KLevelBytes8;
+    const uint8_t* f = factors + c * kQ5KFactorBytes8;
+    PrefetchAhead(panel, c, kQ5KLevelBytes8 + kQ5KFactorBytes8, to_l2);
+    const __m256 d = HalvesToPs(f);
+    const __m256 dmin = HalvesToPs(f + 2 * kPPRows);
+    const uint8_t* sc = f + 4 * kPPRows;
+    const uint8_t* mn = sc + 8 * kPPRows;
+    auto sub_block = [&](auto sbc) {
+      constexpr int sb = decltype(sbc)::value;
+      const int64_t b = c * 8 + sb;
+      const int64_t xo = b * kQBlock;
+      auto level = [&](int g) {
+        const __m256i qs = LoadU(lv + 32 * (8 + 8 * (sb / 2) + g));
+        const __m256i qh = LoadU(lv + 32 * g);
+        const __m256i nib =
+            sb % 2 == 0 ? _mm256_and_si256(qs, m4) : _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+        __m256i hi;
+        if constexpr (sb < 4) {
+          hi = _mm256_slli_epi16(qh, 4 - sb);
+        } else if constexpr (sb == 4) {
+          hi = qh;
+        } else {
+          hi = _mm256_srli_epi16(qh, sb - 4);
+        }
+        return _mm256_or_si256(nib, _mm256_and_si256(hi, m10));
+      };
+      __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4, s5;
+      __m256i u0 = s0, u1 = s0, u2 = s0, u3 = s0, u4, u5;
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        const __m256i w = level(g);
+        if (g < 4) {
+#define PP_STEP(I) MaddubsAcc16<Q4Layout::kUnsigned>(s##I, w, x##I + xo + 4 * g);
+          TANDEM_FOR_MR(PP_STEP)
+#undef PP_STEP
+        } else {
+#define PP_STEP(I) MaddubsAcc16<Q4Layout::kUnsigned>(u##I, w, x##I + xo + 4 * g);
+          TANDEM_FOR_MR(PP_STEP)
+#undef PP_STEP
+        }
+      }
+      const __m256 dl = _mm256_mul_ps(d, U8x8ToPs(sc + sb * kPPRows));
+      const __m256 m = _mm256_xor_ps(_mm256_mul_ps(dmin, U8x8ToPs(mn + sb * kPPRows)), neg);
+#define PP_EPI(I)                                                                                \
+  {                                                                                              \
+    const int64_t jj = I * nb + b;                                                               \
+    const __m256i t =                                                                            \
+        _mm256_add_epi32(_mm256_madd_epi16(s##I, ones), _mm256_madd_epi16(u##I, ones));          \
+    acc##I = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dl, _mm256_set1_ps(xa.d[jj])), \
+                             acc##I);                                                            \
+    acc##I = _mm256_fmadd_ps(m, _mm256_set1_ps(xa.dsum[jj]), acc##I);                            \
+  }
+      TANDEM_FOR_MR(PP_EPI)
+#undef PP_EPI
+    };
+    sub_block(std::integral_constant<int, 0>{});
+    sub_block(std::integral_constant<int, 1>{});
+    sub_block(std::integral_constant<int, 2>{});
+    sub_block(std::integral_constant<int, 3>{});
+    sub_block(std::integral_constant<int, 4>{});
+    sub_block(std::integral_constant<int, 5>{});
+    sub_block(std::integral_constant<int, 6>{});
+    sub_block(std::integral_constant<int, 7>{});
+  }
+#define PP_STORE(I) StorePartial(y + I * ldy, acc##I, nvalid);
+  TANDEM_FOR_MR(PP_STORE)
+#undef PP_STORE
+}
+
 // Q6_K, MR <= 4: LevelKernel's arithmetic. Levels <= 63: two vpmaddubsw
 // pairs (<= 2 * 2 * 63 * 127 = 32004) per int16 sum, so each 16-half (4
 // groups) widens two of them.
@@ -1245,6 +1356,8 @@ PrepackedTileFn PrepackedKernel8(GgmlType type) {
       return KernelLevel32Prepacked<GgmlType::kQ5_1, std::min(MR, 4)>;
     case GgmlType::kQ4_K:
       return KernelQ4KPrepacked<std::min(MR, 4)>;
+    case GgmlType::kQ5_K:
+      return KernelQ5KPrepacked<std::min(MR, 4)>;
     default:
       return KernelQ6KPrepacked<std::min(MR, 4)>;
   }

@@ -344,10 +344,10 @@ void PrepackedGemm(const WeightView& w, const uint8_t* packed, const QuantizedAc
                    int mr_max, int64_t budget_bytes,
                    absl::FunctionRef<PrepackedTileFn(int mr)> tile);
 
-// Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K in 8-row AVX2 panels, F16 and
+// Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K in 8-row AVX2 panels, F16 and
 // BF16 in 16-row k-major panels for the GEMV (layouts in kernels_avx2.cc):
 // PrepackedAvx2Bytes is the size of the packed copy (0 for other types; the
-// GGUF data's, rows padded to 8 or 16, Q4_K +2.8 %), PrepackAvx2 writes it
+// GGUF data's, rows padded to 8 or 16, Q4_K +2.8 %, Q5_K +2.3 %), PrepackAvx2 writes it
 // (panels in parallel on `pool`), MatMulPrepackedAvx2 multiplies with it
 // (F16 / BF16 above batch 3: through the per-call GEMM, its fp32 panels
 // converted from the copy), bitwise equal to MatMulAvx2 at every batch size.
@@ -408,15 +408,22 @@ inline void PrefetchLine(const void* p, bool to_l2) {
 // The same under Isa::kAvx512Amx: the per-call panels' AMX-INT8 GEMM beats
 // the copy's kernels from about batch 12 (Q8_0 from 9; docs/benchmarks.md).
 inline constexpr int64_t kPrepackedAmxMaxM = 8;
-// Q4_K and Q6_K under VNNI: the copy's kernels for them are AVX2 ones, and
+// Q4_K, Q5_K and Q6_K under VNNI: the copy's kernels for them are AVX2 ones, and
 // the VNNI level GEMM is faster above this (up to batch 8 reading the copy
 // as it is, beyond that filling per-call panels from it).
 inline constexpr int64_t kPrepackedLevelsVnniMaxM = 2;
+// Q5_K under AVX2: the copy's kernel decodes the fifth bits once per
+// activation tile of 4 rows; from 4 tiles up the per-call panels (decoded once
+// per call) are faster (5632x2048 at batch 16, 1 thread: 3.04 vs 2.72 ms;
+// batch 8: 1.63 vs 1.98).
+inline constexpr int64_t kPrepackedQ5KAvx2MaxM = 8;
 // The copy's K-quant panels (8 rows; layout in kernels_avx2.cc), which the
 // per-call level GEMMs also read: per super-block the level vectors, and
 // after all of them the factors.
 inline constexpr int64_t kQ4KLevelBytes8 = 4 * 8 * 32;
 inline constexpr int64_t kQ4KFactorBytes8 = 2 * 2 * 8 + 2 * 8 * 8;
+inline constexpr int64_t kQ5KLevelBytes8 = 5 * 8 * 32;  // qh, then Q4_K's qs vectors
+inline constexpr int64_t kQ5KFactorBytes8 = kQ4KFactorBytes8;
 inline constexpr int64_t kQ6KLevelBytes8 = (2 * 2 * 8 + 2 * 8) * 32;
 inline constexpr int64_t kQ6KFactorBytes8 = 2 * 8 + 16 * 8;
 void PrepackAvx2(const WeightView& w, uint8_t* out, base::ThreadPool& pool);

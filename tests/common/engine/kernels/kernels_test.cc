@@ -564,9 +564,9 @@ TEST_P(PrepackedTest, EqualsPerCallPathsBitwise) {
   base::ThreadPool pool1(1);
   base::ThreadPool pool3(3);
   uint32_t seed = 11000;
-  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
-                        GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kF16,
-                        GgmlType::kBF16}) {
+  for (GgmlType type :
+       {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF16, GgmlType::kBF16}) {
     const bool is_float = type == GgmlType::kF16 || type == GgmlType::kBF16;
     const std::vector<std::pair<int64_t, int64_t>> shapes =
         IsKQuant(type) ? std::vector<std::pair<int64_t, int64_t>>{{37, 256}, {8, 768}, {203, 1024},
@@ -585,7 +585,8 @@ TEST_P(PrepackedTest, EqualsPerCallPathsBitwise) {
       ASSERT_OK_AND_ASSIGN(WeightMatrix packed, WeightMatrix::Create(type, data.data(), rows, cols));
       ASSERT_TRUE(packed.prepacked());
       const int64_t row_bytes =
-          GgmlRowBytes(type, cols) + (type == GgmlType::kQ4_K ? cols / 256 * 4 : 0);
+          GgmlRowBytes(type, cols) +
+          (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ? cols / 256 * 4 : 0);
       const int64_t panel_rows = is_float ? 16 : 8;
       EXPECT_EQ(packed.prepacked_bytes(), (rows + panel_rows - 1) / panel_rows * panel_rows * row_bytes);
       for (int64_t m : {1, 2, 3, 4, 6, 7, 13, 16, 17, 32, 40}) {

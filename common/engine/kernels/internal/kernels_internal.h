@@ -271,7 +271,7 @@ void DequantizeRowScalar(const WeightView& w, int64_t r, float* out);
 void QuantizeActsAvx2(const float* x, int64_t m, int64_t cols, bool offset128,
                       const QuantizedActs& out);
 // `packed`, when not null, is w's load-time copy (PrepackAvx2): the Q4_0 /
-// Q8_0 and level (Q4_K, Q6_K) GEMMs then fill their panels from it (the same
+// Q8_0 and level (Q4_K, Q5_K, Q6_K) GEMMs then fill their panels from it (the same
 // panel bytes).
 void MatMulAvx2(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
                 const uint8_t* packed = nullptr);

@@ -533,9 +533,9 @@ TEST(LevelKernelsTest, AmxAndVnniAgreeBitwise) {
   }
 }
 
-// Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, F16 and BF16 weights created
-// while AVX2 is active are repacked once into a layout as large as the GGUF data (Q4_K: scales
-// unpacked, +4 bytes per super-block); MatMul with that copy gives the same
+// Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, F16 and BF16 weights created
+// while AVX2 is active are repacked once into a layout as large as the GGUF data (Q4_K, Q5_K:
+// scales unpacked, +4 bytes per super-block); MatMul with that copy gives the same
 // bits as the per-call AVX2 paths (a matrix created while another ISA was
 // active has no copy: Q4_0's fused rows at m <= 2 and its two panel layouts,
 // Q8_0's panels, the level types' fused rows at m <= 2 and panels), at every

@@ -467,9 +467,9 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
   // converts the borrowed data per call) and up to kGemv512MaxM under the
   // AVX-512 ISAs (the 512-bit GEMM's bits, see MatMulPrepackedAvx512).
   const bool is_float = w.type_ == GgmlType::kF16 || w.type_ == GgmlType::kBF16;
-  // Q4_K, Q5_K and Q6_K under VNNI: the copy's kernels are AVX2 ones (vpmaddubsw);
-  // the VNNI level GEMM on the copy (MatMulLevelsImpl) wins above
-  // kPrepackedLevelsVnniMaxM.
+  // Q4_K, Q5_K and Q6_K under VNNI: the copy's batch-2 kernels are AVX2 ones
+  // (vpmaddubsw); the VNNI level GEMM on the copy (MatMulLevelsImpl) wins
+  // above kPrepackedLevelsVnniMaxM.
   const bool vnni_levels =
       isa >= Isa::kAvx512Vnni &&
       (w.type_ == GgmlType::kQ4_K || w.type_ == GgmlType::kQ5_K || w.type_ == GgmlType::kQ6_K);

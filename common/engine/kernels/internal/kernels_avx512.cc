@@ -20,8 +20,10 @@
 // AVX2 kernels (bandwidth-bound or no better instruction here).
 // Load-time repacked weights (the AVX2 layouts, WeightMatrix::Create) at
 // decode-sized batches: F16/BF16 GEMV with zmm, Q4_0/Q8_0 with 256-bit
-// vpdpbusd, the other types through the AVX2 prepacked kernels; all with
-// software prefetch (MatMulPrepackedAvx512).
+// vpdpbusd (Q4_0 at batch 1 and Q4_K/Q5_K/Q6_K at batch 1 with 512-bit
+// vpdpbusd, two of the copy's 8-row dword steps per zmm), the other types
+// and batches through the AVX2 prepacked kernels; all with software
+// prefetch (MatMulPrepackedAvx512).
 
 #include <immintrin.h>
 

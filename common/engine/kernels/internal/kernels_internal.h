@@ -408,9 +408,10 @@ inline void PrefetchLine(const void* p, bool to_l2) {
 // The same under Isa::kAvx512Amx: the per-call panels' AMX-INT8 GEMM beats
 // the copy's kernels from about batch 12 (Q8_0 from 9; docs/benchmarks.md).
 inline constexpr int64_t kPrepackedAmxMaxM = 8;
-// Q4_K, Q5_K and Q6_K under VNNI: the copy's kernels for them are AVX2 ones, and
-// the VNNI level GEMM is faster above this (up to batch 8 reading the copy
-// as it is, beyond that filling per-call panels from it).
+// Q4_K, Q5_K and Q6_K under VNNI: the copy's kernels for them (512-bit VNNI
+// at batch 1, the AVX2 ones at batch 2) give way above this to the VNNI level
+// GEMM (up to batch 8 reading the copy as it is, beyond that filling
+// per-call panels from it).
 inline constexpr int64_t kPrepackedLevelsVnniMaxM = 2;
 // Q5_K under AVX2: the copy's kernel decodes the fifth bits once per
 // activation tile of 4 rows; from 4 tiles up the per-call panels (decoded once
@@ -439,8 +440,9 @@ bool Q8NoMinQuant(const WeightView& w);
 int64_t PrepackedPanelBytesAvx2(GgmlType type, int64_t cols);
 // MatMulPrepackedAvx2 under the AVX-512 ISAs (kernels_avx512.cc): the same
 // layouts; F16 / BF16 (m <= kGemv512MaxM only) with 512-bit FMA, with `vnni` Q4_0 and
-// Q8_0 with vpdpbusd (the same integer dots, the same fp32 operations per
-// lane: the same bits), the other types as MatMulPrepackedAvx2.
+// Q8_0 with vpdpbusd, and Q4_K / Q5_K / Q6_K at batch 1 with 512-bit vpdpbusd
+// (the same integer dots, the same fp32 operations per lane: the same bits),
+// the other types as MatMulPrepackedAvx2.
 inline constexpr int64_t kGemv512MaxM = 8;
 void MatMulPrepackedAvx512(const WeightView& w, const uint8_t* packed, const float* x, int64_t m,
                            float* y, base::ThreadPool& pool, bool vnni);

@@ -475,7 +475,7 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t m, float* y, base::Th
       (w.type_ == GgmlType::kQ4_K || w.type_ == GgmlType::kQ5_K || w.type_ == GgmlType::kQ6_K);
   const int64_t packed_max_m = vnni_levels ? internal::kPrepackedLevelsVnniMaxM
                                : is_float  ? (isa == Isa::kAvx2 ? 3 : internal::kGemv512MaxM)
-                               : w.type_ == GgmlType::kQ5_K && isa == Isa::kAvx2
+                               : w.type_ == GgmlType::kQ5_K && isa <= Isa::kAvx512
                                    ? internal::kPrepackedQ5KAvx2MaxM
                                : isa == Isa::kAvx512Amx ? internal::kPrepackedAmxMaxM
                                                         : internal::kPrepackedMaxM;

@@ -413,7 +413,8 @@ inline constexpr int64_t kPrepackedAmxMaxM = 8;
 // GEMM (up to batch 8 reading the copy as it is, beyond that filling
 // per-call panels from it).
 inline constexpr int64_t kPrepackedLevelsVnniMaxM = 2;
-// Q5_K under AVX2: the copy's kernel decodes the fifth bits once per
+// Q5_K under AVX2 (and AVX-512 without VNNI, which runs the same level
+// kernels): the copy's kernel decodes the fifth bits once per
 // activation tile of 4 rows; from 4 tiles up the per-call panels (decoded once
 // per call) are faster (5632x2048 at batch 16, 1 thread: 3.04 vs 2.72 ms;
 // batch 8: 1.63 vs 1.98).

@@ -715,20 +715,27 @@ void KernelQ4VnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t col
   StorePartial8(y, acc, nvalid);
 }
 
-// Q4_K at batch 1 on the copy with 512-bit VNNI: per pair j of sub-blocks
-// each zmm holds two of the pair's dword steps (vectors 8j + g, 8j + g + 1,
-// back to back in the copy), whose low nibbles dot x's block 2j and high
-// nibbles block 2j + 1, x's two dwords broadcast into the halves by vpermd;
-// then KernelQ4KPrepacked's fp32 epilogue in its order (the same exact dots,
-// the same bits as the AVX2 copy kernel this replaces at batch 1).
-void KernelQ4KVnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
+// Q4_K (kQ5 false) or Q5_K at batch 1 on the copy with 512-bit VNNI: per
+// pair j of sub-blocks each zmm holds two of the pair's dword steps (vectors
+// g, g + 1 of the pair, back to back in the copy), whose low nibbles dot x's
+// block 2j and high nibbles block 2j + 1, x's two dwords broadcast into the
+// halves by vpermd; Q5_K's levels get their fifth bit (bit sb of the qh
+// byte, moved to bit 4 as KernelQ5KPrepacked does). Then KernelQ4KPrepacked's
+// / KernelQ5KPrepacked's fp32 epilogue in its order (the same exact dots, the
+// same bits as the AVX2 copy kernels this replaces at batch 1).
+template <bool kQ5>
+void KernelK45VnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
                        int64_t ldy, int nvalid) {
   (void)cols;
   (void)ldy;
+  constexpr int64_t kLevelBytes = kQ5 ? kQ5KLevelBytes8 : kQ4KLevelBytes8;
+  constexpr int64_t kFactorBytes = kQ5 ? kQ5KFactorBytes8 : kQ4KFactorBytes8;
+  constexpr int kQsVector = kQ5 ? 8 : 0;  // Q5_K: the 8 qh vectors come first
   const int64_t nb = xa.nb;
   const int64_t n_chunks = nb / 8;
-  const uint8_t* factors = panel + n_chunks * kQ4KLevelBytes8;
+  const uint8_t* factors = panel + n_chunks * kLevelBytes;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m10 = _mm512_set1_epi8(0x10);
   const __m512i step0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const __m512i idx[4] = {step0, _mm512_add_epi32(step0, _mm512_set1_epi32(2)),
                           _mm512_add_epi32(step0, _mm512_set1_epi32(4)),
@@ -741,21 +748,31 @@ void KernelQ4KVnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t co
     return _mm256_cvtepi32_ps(
         _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   };
-  auto halves = [](const uint8_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  };
   auto fold = [](__m512i v) {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
   };
+  // Bit sb of each byte of qh at bit 4 (others cleared).
+  auto fifth = [&](__m512i qh, auto sbc) {
+    constexpr int sb = decltype(sbc)::value;
+    if constexpr (sb < 4) {
+      return _mm512_and_si512(_mm512_slli_epi16(qh, 4 - sb), m10);
+    } else if constexpr (sb == 4) {
+      return _mm512_and_si512(qh, m10);
+    } else {
+      return _mm512_and_si512(_mm512_srli_epi16(qh, sb - 4), m10);
+    }
+  };
   for (int64_t c = 0; c < n_chunks; ++c) {
-    const uint8_t* lv = panel + c * kQ4KLevelBytes8;
-    const uint8_t* f = factors + c * kQ4KFactorBytes8;
-    PrefetchAhead(panel, c, kQ4KLevelBytes8 + kQ4KFactorBytes8, to_l2);
-    const __m256 d = halves(f);
-    const __m256 dmin = halves(f + 2 * kPP8Rows);
+    const uint8_t* lv = panel + c * kLevelBytes;
+    const uint8_t* f = factors + c * kFactorBytes;
+    PrefetchAhead(panel, c, kLevelBytes + kFactorBytes, to_l2);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(f)));
+    const __m256 dmin =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(f + 2 * kPP8Rows)));
     const uint8_t* sc = f + 4 * kPP8Rows;
     const uint8_t* mn = sc + 8 * kPP8Rows;
-    for (int j = 0; j < 4; ++j) {
+    auto pair = [&](auto jc) {
+      constexpr int j = decltype(jc)::value;
       const int64_t b = c * 8 + 2 * j;
       const __m512i xl = _mm512_castsi256_si512(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + b * kQBlock)));
@@ -764,24 +781,33 @@ void KernelQ4KVnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t co
       __m512i sl = _mm512_setzero_si512(), sh = sl;
 #pragma GCC unroll 4
       for (int e = 0; e < 4; ++e) {
-        const __m512i raw = _mm512_loadu_si512(lv + 32 * (8 * j + 2 * e));
-        sl = _mm512_dpbusd_epi32(sl, _mm512_and_si512(raw, m4),
-                                 _mm512_permutexvar_epi32(idx[e], xl));
-        sh = _mm512_dpbusd_epi32(sh, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4),
-                                 _mm512_permutexvar_epi32(idx[e], xh));
+        const __m512i qs = _mm512_loadu_si512(lv + 32 * (kQsVector + 8 * j + 2 * e));
+        __m512i wl = _mm512_and_si512(qs, m4);
+        __m512i wh = _mm512_and_si512(_mm512_srli_epi16(qs, 4), m4);
+        if constexpr (kQ5) {
+          const __m512i qh = _mm512_loadu_si512(lv + 32 * (2 * e));
+          wl = _mm512_or_si512(wl, fifth(qh, std::integral_constant<int, 2 * j>{}));
+          wh = _mm512_or_si512(wh, fifth(qh, std::integral_constant<int, 2 * j + 1>{}));
+        }
+        sl = _mm512_dpbusd_epi32(sl, wl, _mm512_permutexvar_epi32(idx[e], xl));
+        sh = _mm512_dpbusd_epi32(sh, wh, _mm512_permutexvar_epi32(idx[e], xh));
       }
       // Sub-block 2j, then 2j + 1 (LevelKernel's order).
-      const __m256 dlo0 = _mm256_mul_ps(d, u8x8(sc + 2 * j * kPP8Rows));
+      const __m256 dl0 = _mm256_mul_ps(d, u8x8(sc + 2 * j * kPP8Rows));
       const __m256 m0 = _mm256_xor_ps(_mm256_mul_ps(dmin, u8x8(mn + 2 * j * kPP8Rows)), neg);
-      const __m256 dlo1 = _mm256_mul_ps(d, u8x8(sc + (2 * j + 1) * kPP8Rows));
+      const __m256 dl1 = _mm256_mul_ps(d, u8x8(sc + (2 * j + 1) * kPP8Rows));
       const __m256 m1 = _mm256_xor_ps(_mm256_mul_ps(dmin, u8x8(mn + (2 * j + 1) * kPP8Rows)), neg);
       acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold(sl)),
-                            _mm256_mul_ps(dlo0, _mm256_set1_ps(xa.d[b])), acc);
+                            _mm256_mul_ps(dl0, _mm256_set1_ps(xa.d[b])), acc);
       acc = _mm256_fmadd_ps(m0, _mm256_set1_ps(xa.dsum[b]), acc);
       acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold(sh)),
-                            _mm256_mul_ps(dlo1, _mm256_set1_ps(xa.d[b + 1])), acc);
+                            _mm256_mul_ps(dl1, _mm256_set1_ps(xa.d[b + 1])), acc);
       acc = _mm256_fmadd_ps(m1, _mm256_set1_ps(xa.dsum[b + 1]), acc);
-    }
+    };
+    pair(std::integral_constant<int, 0>{});
+    pair(std::integral_constant<int, 1>{});
+    pair(std::integral_constant<int, 2>{});
+    pair(std::integral_constant<int, 3>{});
   }
   StorePartial8(y, acc, nvalid);
 }
@@ -864,93 +890,6 @@ void KernelQ6KVnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t co
       sub_block(hh, std::integral_constant<int, 2>{});
       sub_block(hh, std::integral_constant<int, 3>{});
     }
-  }
-  StorePartial8(y, acc, nvalid);
-}
-
-// Q5_K at batch 1 on the copy with 512-bit VNNI: KernelQ4KVnniZmm1's steps
-// on the qs vectors, each level with its fifth bit (bit sb of the qh byte,
-// moved to bit 4 as KernelQ5KPrepacked does); then that kernel's fp32
-// epilogue in its order (the same exact dots, the same bits).
-void KernelQ5KVnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t cols, float* y,
-                       int64_t ldy, int nvalid) {
-  (void)cols;
-  (void)ldy;
-  const int64_t nb = xa.nb;
-  const int64_t n_chunks = nb / 8;
-  const uint8_t* factors = panel + n_chunks * kQ5KLevelBytes8;
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m512i m10 = _mm512_set1_epi8(0x10);
-  const __m512i step0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __m512i idx[4] = {step0, _mm512_add_epi32(step0, _mm512_set1_epi32(2)),
-                          _mm512_add_epi32(step0, _mm512_set1_epi32(4)),
-                          _mm512_add_epi32(step0, _mm512_set1_epi32(6))};
-  const __m256 neg = _mm256_set1_ps(-0.0f);
-  const auto* x = reinterpret_cast<const uint8_t*>(xa.qs);
-  __m256 acc = _mm256_setzero_ps();
-  const bool to_l2 = StreamPrefetchToL2();
-  auto u8x8 = [](const uint8_t* p) {
-    return _mm256_cvtepi32_ps(
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-  };
-  auto fold = [](__m512i v) {
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-  };
-  // Bit sb of each byte of qh at bit 4 (others cleared).
-  auto fifth = [&](__m512i qh, auto sbc) {
-    constexpr int sb = decltype(sbc)::value;
-    if constexpr (sb < 4) {
-      return _mm512_and_si512(_mm512_slli_epi16(qh, 4 - sb), m10);
-    } else if constexpr (sb == 4) {
-      return _mm512_and_si512(qh, m10);
-    } else {
-      return _mm512_and_si512(_mm512_srli_epi16(qh, sb - 4), m10);
-    }
-  };
-  for (int64_t c = 0; c < n_chunks; ++c) {
-    const uint8_t* lv = panel + c * kQ5KLevelBytes8;
-    const uint8_t* f = factors + c * kQ5KFactorBytes8;
-    PrefetchAhead(panel, c, kQ5KLevelBytes8 + kQ5KFactorBytes8, to_l2);
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(f)));
-    const __m256 dmin =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(f + 2 * kPP8Rows)));
-    const uint8_t* sc = f + 4 * kPP8Rows;
-    const uint8_t* mn = sc + 8 * kPP8Rows;
-    auto pair = [&](auto jc) {
-      constexpr int j = decltype(jc)::value;
-      const int64_t b = c * 8 + 2 * j;
-      const __m512i xl = _mm512_castsi256_si512(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + b * kQBlock)));
-      const __m512i xh = _mm512_castsi256_si512(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + (b + 1) * kQBlock)));
-      __m512i sl = _mm512_setzero_si512(), sh = sl;
-#pragma GCC unroll 4
-      for (int e = 0; e < 4; ++e) {
-        const __m512i qs = _mm512_loadu_si512(lv + 32 * (8 + 8 * j + 2 * e));
-        const __m512i qh = _mm512_loadu_si512(lv + 32 * (2 * e));
-        const __m512i wl = _mm512_or_si512(_mm512_and_si512(qs, m4),
-                                           fifth(qh, std::integral_constant<int, 2 * j>{}));
-        const __m512i wh = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(qs, 4), m4),
-                                           fifth(qh, std::integral_constant<int, 2 * j + 1>{}));
-        sl = _mm512_dpbusd_epi32(sl, wl, _mm512_permutexvar_epi32(idx[e], xl));
-        sh = _mm512_dpbusd_epi32(sh, wh, _mm512_permutexvar_epi32(idx[e], xh));
-      }
-      // Sub-block 2j, then 2j + 1 (LevelKernel's order).
-      const __m256 dl0 = _mm256_mul_ps(d, u8x8(sc + 2 * j * kPP8Rows));
-      const __m256 m0 = _mm256_xor_ps(_mm256_mul_ps(dmin, u8x8(mn + 2 * j * kPP8Rows)), neg);
-      const __m256 dl1 = _mm256_mul_ps(d, u8x8(sc + (2 * j + 1) * kPP8Rows));
-      const __m256 m1 = _mm256_xor_ps(_mm256_mul_ps(dmin, u8x8(mn + (2 * j + 1) * kPP8Rows)), neg);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold(sl)),
-                            _mm256_mul_ps(dl0, _mm256_set1_ps(xa.d[b])), acc);
-      acc = _mm256_fmadd_ps(m0, _mm256_set1_ps(xa.dsum[b]), acc);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold(sh)),
-                            _mm256_mul_ps(dl1, _mm256_set1_ps(xa.d[b + 1])), acc);
-      acc = _mm256_fmadd_ps(m1, _mm256_set1_ps(xa.dsum[b + 1]), acc);
-    };
-    pair(std::integral_constant<int, 0>{});
-    pair(std::integral_constant<int, 1>{});
-    pair(std::integral_constant<int, 2>{});
-    pair(std::integral_constant<int, 3>{});
   }
   StorePartial8(y, acc, nvalid);
 }
@@ -1072,8 +1011,8 @@ void MatMulPrepackedAvx512(const WeightView& w, const uint8_t* packed, const flo
   if (vnni && m == 1 &&
       (w.type == GgmlType::kQ4_K || w.type == GgmlType::kQ5_K || w.type == GgmlType::kQ6_K)) {
     const QuantizedActs xa = QuantizeActsParallel(x, m, w.cols, /*offset128=*/false, pool);
-    const PrepackedTileFn fn = w.type == GgmlType::kQ4_K   ? KernelQ4KVnniZmm1
-                               : w.type == GgmlType::kQ5_K ? KernelQ5KVnniZmm1
+    const PrepackedTileFn fn = w.type == GgmlType::kQ4_K   ? KernelK45VnniZmm1<false>
+                               : w.type == GgmlType::kQ5_K ? KernelK45VnniZmm1<true>
                                                            : KernelQ6KVnniZmm1;
     PrepackedGemm(w, packed, xa, m, y, pool, kPP8Rows, PrepackedPanelBytesAvx2(w.type, w.cols), 1,
                   kPanelBudgetBytes, [fn](int) { return fn; });

@@ -667,6 +667,17 @@ void KernelPrepackedVnni(const uint8_t* panel, const QuantizedActs& xa, int64_t 
   }
 }
 
+// The 512-bit batch-1 kernels below: vpermd index putting x's dwords p and
+// p + 1 (of a 32-byte activation block) into the low and high 8 lanes, and
+// the sum of a zmm's two 8-lane halves.
+inline __m512i DwordPairIndex(int p) {
+  return _mm512_add_epi32(
+      _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), _mm512_set1_epi32(p));
+}
+inline __m256i FoldHalves(__m512i v) {
+  return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
 // Q4_0 at batch 1 with 512-bit vectors: two of the block's dword steps per
 // zmm (lanes 0-7 step d, 8-15 step d + 1, which the copy holds back to back),
 // against x's dwords for the two steps broadcast into the two halves by one
@@ -682,10 +693,10 @@ void KernelQ4VnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t col
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   // x dwords (steps d, d + 1): low nibbles of zmm 0 (steps 0, 1), of zmm 1
   // (steps 2, 3); high nibbles pair with dwords 4 + d.
-  const __m512i lo0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __m512i lo1 = _mm512_add_epi32(lo0, _mm512_set1_epi32(2));
-  const __m512i hi0 = _mm512_add_epi32(lo0, _mm512_set1_epi32(4));
-  const __m512i hi1 = _mm512_add_epi32(lo0, _mm512_set1_epi32(6));
+  const __m512i lo0 = DwordPairIndex(0);
+  const __m512i lo1 = DwordPairIndex(2);
+  const __m512i hi0 = DwordPairIndex(4);
+  const __m512i hi1 = DwordPairIndex(6);
   const auto* x = reinterpret_cast<const uint8_t*>(xa.qs);
   __m256 acc = _mm256_setzero_ps();
   const bool to_l2 = StreamPrefetchToL2();
@@ -705,7 +716,7 @@ void KernelQ4VnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t col
     s1 = _mm512_dpbusd_epi32(s1, _mm512_and_si512(_mm512_srli_epi16(r1, 4), m4),
                              _mm512_permutexvar_epi32(hi1, xv));
     const __m512i s = _mm512_add_epi32(s0, s1);
-    __m256i t = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+    __m256i t = FoldHalves(s);
     t = _mm256_sub_epi32(t, _mm256_set1_epi32(8 * xa.sum[b]));
     const __m256 dw = _mm256_cvtph_ps(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + b * 2 * kPP8Rows)));
@@ -736,10 +747,8 @@ void KernelK45VnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t co
   const uint8_t* factors = panel + n_chunks * kLevelBytes;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i m10 = _mm512_set1_epi8(0x10);
-  const __m512i step0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __m512i idx[4] = {step0, _mm512_add_epi32(step0, _mm512_set1_epi32(2)),
-                          _mm512_add_epi32(step0, _mm512_set1_epi32(4)),
-                          _mm512_add_epi32(step0, _mm512_set1_epi32(6))};
+  const __m512i idx[4] = {DwordPairIndex(0), DwordPairIndex(2), DwordPairIndex(4),
+                          DwordPairIndex(6)};
   const __m256 neg = _mm256_set1_ps(-0.0f);
   const auto* x = reinterpret_cast<const uint8_t*>(xa.qs);
   __m256 acc = _mm256_setzero_ps();
@@ -747,9 +756,6 @@ void KernelK45VnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t co
   auto u8x8 = [](const uint8_t* p) {
     return _mm256_cvtepi32_ps(
         _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-  };
-  auto fold = [](__m512i v) {
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
   };
   // Bit sb of each byte of qh at bit 4 (others cleared).
   auto fifth = [&](__m512i qh, auto sbc) {
@@ -797,10 +803,10 @@ void KernelK45VnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t co
       const __m256 m0 = _mm256_xor_ps(_mm256_mul_ps(dmin, u8x8(mn + 2 * j * kPP8Rows)), neg);
       const __m256 dl1 = _mm256_mul_ps(d, u8x8(sc + (2 * j + 1) * kPP8Rows));
       const __m256 m1 = _mm256_xor_ps(_mm256_mul_ps(dmin, u8x8(mn + (2 * j + 1) * kPP8Rows)), neg);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold(sl)),
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(FoldHalves(sl)),
                             _mm256_mul_ps(dl0, _mm256_set1_ps(xa.d[b])), acc);
       acc = _mm256_fmadd_ps(m0, _mm256_set1_ps(xa.dsum[b]), acc);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold(sh)),
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(FoldHalves(sh)),
                             _mm256_mul_ps(dl1, _mm256_set1_ps(xa.d[b + 1])), acc);
       acc = _mm256_fmadd_ps(m1, _mm256_set1_ps(xa.dsum[b + 1]), acc);
     };
@@ -826,16 +832,11 @@ void KernelQ6KVnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t co
   const uint8_t* factors = panel + n_chunks * kQ6KLevelBytes8;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i m30 = _mm512_set1_epi8(0x30);
-  const __m512i step0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __m512i idx[4] = {step0, _mm512_add_epi32(step0, _mm512_set1_epi32(2)),
-                          _mm512_add_epi32(step0, _mm512_set1_epi32(4)),
-                          _mm512_add_epi32(step0, _mm512_set1_epi32(6))};
+  const __m512i idx[4] = {DwordPairIndex(0), DwordPairIndex(2), DwordPairIndex(4),
+                          DwordPairIndex(6)};
   const auto* x = reinterpret_cast<const uint8_t*>(xa.qs);
   __m256 acc = _mm256_setzero_ps();
   const bool to_l2 = StreamPrefetchToL2();
-  auto fold = [](__m512i v) {
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-  };
   for (int64_t c = 0; c < n_chunks; ++c) {
     const uint8_t* lv = panel + c * kQ6KLevelBytes8;
     PrefetchAhead(panel, c, kQ6KLevelBytes8 + kQ6KFactorBytes8, to_l2);
@@ -868,8 +869,8 @@ void KernelQ6KVnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t co
         const __m512i w = _mm512_or_si512(nib, _mm512_and_si512(hi2, m30));
         return _mm512_dpbusd_epi32(acc_in, w, _mm512_permutexvar_epi32(idx[g / 2], xv));
       };
-      const __m256i s = fold(dot(2, dot(0, _mm512_setzero_si512())));
-      const __m256i u = fold(dot(6, dot(4, _mm512_setzero_si512())));
+      const __m256i s = FoldHalves(dot(2, dot(0, _mm512_setzero_si512())));
+      const __m256i u = FoldHalves(dot(6, dot(4, _mm512_setzero_si512())));
       const __m256 dlo = _mm256_mul_ps(
           d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
                  _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 2 * sb * kPP8Rows)))));

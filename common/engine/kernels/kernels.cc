@@ -1,6 +1,5 @@
 #include "common/engine/kernels/kernels.h"
 
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/huge_pages.h"
 #include "common/base/logging.h"
 #include "common/engine/kernels/internal/kernels_internal.h"
 
@@ -414,21 +414,17 @@ absl::StatusOr<WeightMatrix> WeightMatrix::Create(GgmlType type, const void* dat
                             ? internal::PrepackedAvx2Bytes(type, rows, cols)
                             : 0;
   if (bytes > 0) {
-    // 2 MiB-aligned and marked for transparent huge pages when large: a
-    // decode step streams every byte, and 4 KiB pages would cost a TLB miss
-    // per 4 KiB.
-    constexpr size_t kHuge = size_t{2} << 20;
-    const size_t align = static_cast<size_t>(bytes) >= 4 * kHuge ? kHuge : 64;
-    const size_t size = (static_cast<size_t>(bytes) + align - 1) / align * align;
-    auto* p = static_cast<uint8_t*>(std::aligned_alloc(align, size));
-    if (p == nullptr) {
+    // In transparent huge pages (base::HugePageArena): a decode step streams
+    // every byte, and with 4 KiB pages each 4 KiB would cost a TLB miss and
+    // stop the hardware prefetchers. Small matrices share huge pages.
+    auto owned = base::HugePageArena::Weights().Allocate(static_cast<size_t>(bytes));
+    if (!owned.ok()) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("WeightMatrix: cannot allocate ", size, " bytes for repacked weights"));
+          absl::StrCat("WeightMatrix: cannot allocate ", bytes,
+                       " bytes for repacked weights: ", owned.status().message()));
     }
-    if (align == kHuge) {
-      madvise(p, size, MADV_HUGEPAGE);  // advisory: ignored where THP is off
-    }
-    w.owned_ = std::shared_ptr<uint8_t>(p, [](uint8_t* q) { std::free(q); });
+    w.owned_ = *std::move(owned);
+    uint8_t* p = w.owned_.get();
     // Large matrices on every core (a pool of one runs on this thread).
     base::ThreadPool pool(bytes >= (int64_t{8} << 20)
                               ? static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))

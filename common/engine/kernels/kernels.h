@@ -77,6 +77,9 @@ class WeightMatrix {
   // Whether a load-time repacked copy exists (see above), and its bytes.
   bool prepacked() const { return packed_ != nullptr; }
   int64_t prepacked_bytes() const { return packed_bytes_; }
+  // Where the copy lies (in transparent huge pages, base::HugePageArena);
+  // null without one.
+  const uint8_t* prepacked_data() const { return packed_; }
 
  private:
   friend void MatMul(const WeightMatrix&, const float*, int64_t, float*, base::ThreadPool&);

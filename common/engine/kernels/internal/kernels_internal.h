@@ -385,6 +385,8 @@ inline void PrefetchAhead(const uint8_t* panel, int64_t c, int64_t stride, bool 
   const uintptr_t lo = reinterpret_cast<uintptr_t>(panel) + kPrefetchAheadBytes + c * stride;
   const uintptr_t first = (lo + 63) & ~uintptr_t{63};
   if (to_l2) {
+    // Unrolled: as a loop (prefetch, add, compare, branch per line) this
+    // cost Q4_0's batch-1 kernel 15-20 % on the Xeon (docs/benchmarks.md).
 #pragma GCC unroll 8
     for (uintptr_t a = first; a < lo + stride; a += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T1);

@@ -859,10 +859,12 @@ void KernelQ4Prepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t co
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = panel + b * 128;
     const int64_t xo = b * kQBlock;
-    PrefetchAhead(panel, b, 128 + 2 * kPPRows, to_l2);
     __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0;
 #pragma GCC unroll 4
     for (int d = 0; d < 4; ++d) {
+      if (d % 2 == 0) {
+        PrefetchAheadPart<128 + 2 * kPPRows, 2>(panel, b, d / 2, to_l2);
+      }
       const __m256i raw = LoadU(q + 32 * d);
       const __m256i wl = _mm256_and_si256(raw, m4);
       const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
@@ -904,10 +906,12 @@ void KernelQ8Prepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t co
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = panel + b * 256;
     const int64_t xo = b * kQBlock;
-    PrefetchAhead(panel, b, 256 + 2 * kPPRows, to_l2);
     __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4, s5;
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
+      if (g % 2 == 0) {
+        PrefetchAheadPart<256 + 2 * kPPRows, 4>(panel, b, g / 2, to_l2);
+      }
       const __m256i sgn = LoadU(q + 32 * g);
       const __m256i ab = _mm256_abs_epi8(sgn);
 #define PP_STEP(I) SignMaddAcc32(s##I, ab, sgn, ones, x##I + xo + 4 * g);
@@ -966,10 +970,12 @@ void KernelQ8PrepackedAbsX(const uint8_t* panel, const QuantizedActs& xa, int64_
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = panel + b * 256;
     const int64_t xo = b * kQBlock;
-    PrefetchAhead(panel, b, 256 + 2 * kPPRows, to_l2);
     __m256i s0 = _mm256_setzero_si256(), s1 = s0;
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
+      if (g % 2 == 0) {
+        PrefetchAheadPart<256 + 2 * kPPRows, 4>(panel, b, g / 2, to_l2);
+      }
       const __m256i w = LoadU(q + 32 * g);
       AbsXSignMaddAcc32(s0, w, ones, a0 + xo + 4 * g, x0 + xo + 4 * g);
       if constexpr (MR > 1) {
@@ -1014,7 +1020,6 @@ void KernelLevel32Prepacked(const uint8_t* panel, const QuantizedActs& xa, int64
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = panel + b * 128;
     const uint8_t* e = extras + b * kExtra;
-    PrefetchAhead(panel, b, 128 + kExtra, to_l2);
     const uint8_t* f = e + (kQ5 ? 4 * kPPRows : 0);
     const int64_t xo = b * kQBlock;
     [[maybe_unused]] const __m256i qh = kQ5 ? LoadU(e) : _mm256_setzero_si256();
@@ -1034,6 +1039,9 @@ void KernelLevel32Prepacked(const uint8_t* panel, const QuantizedActs& xa, int64
     __m256i u0 = s0, u1 = s0, u2 = s0, u3 = s0, u4, u5;
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
+      if (g % 4 == 0) {
+        PrefetchAheadPart<128 + kExtra, 2>(panel, b, g / 4, to_l2);
+      }
       const __m256i lv = level(g);
       // 4-bit: one int16 sum over the block (s); 5-bit: groups 0-3 in s, 4-7 in u.
       if (!kQ5 || g < 4) {
@@ -1093,7 +1101,6 @@ void KernelQ4KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t c
   for (int64_t c = 0; c < n_chunks; ++c) {
     const uint8_t* lv = panel + c * kQ4KLevelBytes8;
     const uint8_t* f = factors + c * kQ4KFactorBytes8;
-    PrefetchAhead(panel, c, kQ4KLevelBytes8 + kQ4KFactorBytes8, to_l2);
     const __m256 d = HalvesToPs(f);
     const __m256 dmin = HalvesToPs(f + 2 * kPPRows);
     const uint8_t* sc = f + 4 * kPPRows;
@@ -1105,6 +1112,9 @@ void KernelQ4KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t c
       __m256i u0 = s0, u1 = s0, u2 = s0, u3 = s0, u4, u5;
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
+        if (g % 2 == 0) {
+          PrefetchAheadPart<kQ4KLevelBytes8 + kQ4KFactorBytes8, 16>(panel, c, 4 * j + g / 2, to_l2);
+        }
         const __m256i raw = LoadU(lv + 32 * (8 * j + g));
         const __m256i wl = _mm256_and_si256(raw, m4);
         const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
@@ -1164,7 +1174,6 @@ void KernelQ5KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t c
   for (int64_t c = 0; c < n_chunks; ++c) {
     const uint8_t* lv = panel + c * kQ5KLevelBytes8;
     const uint8_t* f = factors + c * kQ5KFactorBytes8;
-    PrefetchAhead(panel, c, kQ5KLevelBytes8 + kQ5KFactorBytes8, to_l2);
     const __m256 d = HalvesToPs(f);
     const __m256 dmin = HalvesToPs(f + 2 * kPPRows);
     const uint8_t* sc = f + 4 * kPPRows;
@@ -1192,6 +1201,10 @@ void KernelQ5KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t c
       __m256i u0 = s0, u1 = s0, u2 = s0, u3 = s0, u4, u5;
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
+        if (g % 4 == 0) {
+          PrefetchAheadPart<kQ5KLevelBytes8 + kQ5KFactorBytes8, 16>(panel, c, 2 * sb + g / 4,
+                                                                    to_l2);
+        }
         const __m256i w = level(g);
         if (g < 4) {
 #define PP_STEP(I) MaddubsAcc16<Q4Layout::kUnsigned>(s##I, w, x##I + xo + 4 * g);
@@ -1251,7 +1264,6 @@ void KernelQ6KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t c
   const bool to_l2 = StreamPrefetchToL2();
   for (int64_t c = 0; c < n_chunks; ++c) {
     const uint8_t* lv = panel + c * kQ6KLevelBytes8;
-    PrefetchAhead(panel, c, kQ6KLevelBytes8 + kQ6KFactorBytes8, to_l2);
     const uint8_t* f = factors + c * kQ6KFactorBytes8;
     const __m256 d = HalvesToPs(f);
     const uint8_t* sc = f + 2 * kPPRows;
@@ -1285,17 +1297,18 @@ void KernelQ6KPrepacked(const uint8_t* panel, const QuantizedActs& xa, int64_t c
       // The 16-halves: groups 0-3 into dot s, 4-7 into dot u, each from two
       // int16 sums of two vpmaddubsw pairs.
       __m256i s0, s1, s2, s3, s4, s5, u0, u1, u2, u3, u4, u5;
-#define PP_HALF(HALF, DOT)                                                                  \
-  {                                                                                         \
-    __m256i t0 = _mm256_setzero_si256(), t1 = t0, t2 = t0, t3 = t0, t4, t5;                 \
-    __m256i v0 = t0, v1 = t0, v2 = t0, v3 = t0, v4, v5;                                     \
-    const __m256i w0 = level(4 * HALF);                                                     \
-    const __m256i w1 = level(4 * HALF + 1);                                                 \
-    const __m256i w2 = level(4 * HALF + 2);                                                 \
-    const __m256i w3 = level(4 * HALF + 3);                                                 \
-    const int64_t xh = xo + 16 * HALF;                                                      \
-    TANDEM_FOR_MR(PP_STEP)                                                                  \
-    TANDEM_FOR_MR(DOT)                                                                      \
+#define PP_HALF(HALF, DOT)                                                                     \
+  {                                                                                            \
+    __m256i t0 = _mm256_setzero_si256(), t1 = t0, t2 = t0, t3 = t0, t4, t5;                    \
+    __m256i v0 = t0, v1 = t0, v2 = t0, v3 = t0, v4, v5;                                        \
+    const __m256i w0 = level(4 * HALF);                                                        \
+    const __m256i w1 = level(4 * HALF + 1);                                                    \
+    const __m256i w2 = level(4 * HALF + 2);                                                    \
+    const __m256i w3 = level(4 * HALF + 3);                                                    \
+    const int64_t xh = xo + 16 * HALF;                                                         \
+    PrefetchAheadPart<kQ6KLevelBytes8 + kQ6KFactorBytes8, 16>(panel, c, 2 * sb + HALF, to_l2); \
+    TANDEM_FOR_MR(PP_STEP)                                                                     \
+    TANDEM_FOR_MR(DOT)                                                                         \
   }
 #define PP_STEP(I)                                            \
   MaddubsAcc16<Q4Layout::kUnsigned>(t##I, w0, x##I + xh);     \
@@ -1679,7 +1692,7 @@ void GemvPrepacked16(const WeightView& w, const uint8_t* panel, int64_t r0, cons
     const uint8_t* pk = panel + k0 * kF16PanelRows * 2;
 #pragma GCC unroll 4
     for (int64_t k = k0; k < k_end; ++k, pk += kF16PanelRows * 2) {
-      if ((k & 1) == 0) {  // a 64-byte line per two k (see PrefetchAhead)
+      if ((k & 1) == 0) {  // a 64-byte line per two k (see PrefetchAheadPart)
         PrefetchLine(pk + kPrefetchAheadBytes, to_l2);
       }
       const __m256 wl = Load8<T>(pk, 0);

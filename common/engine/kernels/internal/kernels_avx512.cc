@@ -620,7 +620,6 @@ void KernelPrepackedVnni(const uint8_t* panel, const QuantizedActs& xa, int64_t 
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = panel + b * kQuantBytes;
     const int64_t xo = b * kQBlock;
-    PrefetchAhead(panel, b, kQuantBytes + 2 * kPP8Rows, to_l2);
     __m256i s[MR][K];
     for (int i = 0; i < MR; ++i) {
       for (int k = 0; k < K; ++k) {
@@ -630,6 +629,9 @@ void KernelPrepackedVnni(const uint8_t* panel, const QuantizedActs& xa, int64_t 
     if constexpr (kQ4) {
 #pragma GCC unroll 4
       for (int d = 0; d < 4; ++d) {
+        if (d % 2 == 0) {
+          PrefetchAheadPart<kQuantBytes + 2 * kPP8Rows, 2>(panel, b, d / 2, to_l2);
+        }
         const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * d));
         const __m256i wl = _mm256_and_si256(raw, m4);
         const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
@@ -643,6 +645,9 @@ void KernelPrepackedVnni(const uint8_t* panel, const QuantizedActs& xa, int64_t 
     } else {
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
+        if (g % 2 == 0) {
+          PrefetchAheadPart<kQuantBytes + 2 * kPP8Rows, 4>(panel, b, g / 2, to_l2);
+        }
         const __m256i sgn = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * g));
         const __m256i ab = _mm256_abs_epi8(sgn);
         for (int i = 0; i < MR; ++i) {
@@ -702,7 +707,7 @@ void KernelQ4VnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t col
   const bool to_l2 = StreamPrefetchToL2();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* q = panel + b * 128;
-    PrefetchAhead(panel, b, 128 + 2 * kPP8Rows, to_l2);
+    PrefetchAheadPart<128 + 2 * kPP8Rows, 2>(panel, b, 0, to_l2);
     const __m512i xv = _mm512_castsi256_si512(
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + b * kQBlock)));
     const __m512i r0 = _mm512_loadu_si512(q);
@@ -712,6 +717,7 @@ void KernelQ4VnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t col
     __m512i s1 =
         _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(r0, 4), m4),
                             _mm512_permutexvar_epi32(hi0, xv));
+    PrefetchAheadPart<128 + 2 * kPP8Rows, 2>(panel, b, 1, to_l2);
     s0 = _mm512_dpbusd_epi32(s0, _mm512_and_si512(r1, m4), _mm512_permutexvar_epi32(lo1, xv));
     s1 = _mm512_dpbusd_epi32(s1, _mm512_and_si512(_mm512_srli_epi16(r1, 4), m4),
                              _mm512_permutexvar_epi32(hi1, xv));
@@ -771,7 +777,6 @@ void KernelK45VnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t co
   for (int64_t c = 0; c < n_chunks; ++c) {
     const uint8_t* lv = panel + c * kLevelBytes;
     const uint8_t* f = factors + c * kFactorBytes;
-    PrefetchAhead(panel, c, kLevelBytes + kFactorBytes, to_l2);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(f)));
     const __m256 dmin =
         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(f + 2 * kPP8Rows)));
@@ -787,6 +792,7 @@ void KernelK45VnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t co
       __m512i sl = _mm512_setzero_si512(), sh = sl;
 #pragma GCC unroll 4
       for (int e = 0; e < 4; ++e) {
+        PrefetchAheadPart<kLevelBytes + kFactorBytes, 16>(panel, c, 4 * j + e, to_l2);
         const __m512i qs = _mm512_loadu_si512(lv + 32 * (kQsVector + 8 * j + 2 * e));
         __m512i wl = _mm512_and_si512(qs, m4);
         __m512i wh = _mm512_and_si512(_mm512_srli_epi16(qs, 4), m4);
@@ -839,7 +845,6 @@ void KernelQ6KVnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t co
   const bool to_l2 = StreamPrefetchToL2();
   for (int64_t c = 0; c < n_chunks; ++c) {
     const uint8_t* lv = panel + c * kQ6KLevelBytes8;
-    PrefetchAhead(panel, c, kQ6KLevelBytes8 + kQ6KFactorBytes8, to_l2);
     const uint8_t* f = factors + c * kQ6KFactorBytes8;
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(f)));
     const uint8_t* sc = f + 2 * kPP8Rows;
@@ -852,6 +857,7 @@ void KernelQ6KVnniZmm1(const uint8_t* panel, const QuantizedActs& xa, int64_t co
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + b * kQBlock)));
       // Steps g, g + 1 (g even).
       auto dot = [&](int g, __m512i acc_in) {
+        PrefetchAheadPart<kQ6KLevelBytes8 + kQ6KFactorBytes8, 32>(panel, c, 4 * sb + g / 2, to_l2);
         const __m512i ql = _mm512_loadu_si512(lv + 32 * (8 * (2 * hh + k % 2) + g));
         const __m512i qh = _mm512_loadu_si512(lv + 32 * (32 + 8 * hh + g));
         const __m512i nib =

@@ -362,47 +362,56 @@ inline std::atomic<bool>& StreamPrefetchL2Slot() {
 }
 inline bool StreamPrefetchToL2() { return StreamPrefetchL2Slot().load(std::memory_order_relaxed); }
 
+// Software prefetch ahead of a kernel reading the load-time copy: a panel is
+// its levels for every chunk (block or super-block), then their factors, and
+// the panels of a task lie back to back. Chunk c of a panel of kStride bytes
+// per chunk prefetches the lines that start in bytes
+// [ahead + c * kStride, ahead + (c + 1) * kStride) from the panel's start:
+// the levels and factors ahead in proportion, and past the panel's end the
+// next panel's (this thread's next; another's, or unmapped memory past the
+// copy, harmlessly: a prefetch never faults). A chunk's lines go out in
+// kParts pieces, piece p from the kernel's p-th step through the chunk:
+// PrefetchPartSpan(c, p) is piece p's byte range; over every c and p the
+// pieces cover each line of the stream once.
+struct PrefetchSpan {
+  int64_t lo, hi;
+};
+template <int64_t kStride, int kParts>
+constexpr PrefetchSpan PrefetchPartSpan(int64_t c, int part) {
+  return {c * kStride + part * kStride / kParts, c * kStride + (part + 1) * kStride / kParts};
+}
+
 #if defined(__x86_64__)
 inline constexpr int64_t kPrefetchAheadBytes = 12 * 1024;
-// PrefetchAhead and PrefetchLine have internal linkage (the rule at the top of
-// this file): each ISA's file compiles, and calls, its own copy under its own
-// -m flags.
+// PrefetchAheadPart and PrefetchLine have internal linkage (the rule at the
+// top of this file): each ISA's file compiles, and calls, its own copy under
+// its own -m flags.
 namespace {  // NOLINT(build/namespaces): per-TU copies on purpose
 
-// Software prefetch, kPrefetchAheadBytes ahead of where a kernel reading the
-// load-time copy reads, into L2 if `to_l2` (StreamPrefetchToL2(), read once
-// per kernel call, outside its loops), else into L1. A panel is its
-// levels for every chunk (block or super-block), then their factors, and the
-// panels of a task lie back to back; chunk c of a panel of `stride` bytes per
-// chunk prefetches the lines of bytes [A + c * stride, A + (c + 1) * stride)
-// from the panel's start, each line once: the levels and factors ahead in
-// proportion, and past the panel's end the next panel's (this thread's next;
-// another's, or unmapped memory past the copy, harmlessly: a prefetch never
-// faults). The hardware prefetchers alone left batch-1 decode latency-bound
-// on an AVX-512 Zen 5 VM (Q4_0 at 8.5 GB/s of 31); 4-16 KiB ahead gave 18-26
-// GB/s (kernels_benchmark, docs/benchmarks.md).
-inline void PrefetchAhead(const uint8_t* panel, int64_t c, int64_t stride, bool to_l2) {
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(panel) + kPrefetchAheadBytes + c * stride;
-  const uintptr_t first = (lo + 63) & ~uintptr_t{63};
-  if (to_l2) {
-    // Unrolled: as a loop (prefetch, add, compare, branch per line) this
-    // cost Q4_0's batch-1 kernel 15-20 % on the Xeon (docs/benchmarks.md).
-#pragma GCC unroll 8
-    for (uintptr_t a = first; a < lo + stride; a += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T1);
-    }
-  } else {
-    for (uintptr_t a = first; a < lo + stride; a += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
-    }
-  }
-}
-// The line at p (the F16 / BF16 GEMVs' one per 64 bytes of their stream).
+// The line at p, into L2 if `to_l2` (StreamPrefetchToL2(), read once per
+// kernel call, outside its loops), else into L1 (the F16 / BF16 GEMVs issue
+// one per 64 bytes of their stream).
 inline void PrefetchLine(const void* p, bool to_l2) {
   if (to_l2) {
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
   } else {
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+  }
+}
+
+// Piece `part` of chunk c's lines (PrefetchPartSpan), kPrefetchAheadBytes
+// ahead. The hardware prefetchers alone left batch-1 decode latency-bound on
+// an AVX-512 Zen 5 VM (Q4_0 at 8.5 GB/s of 31); 4-16 KiB ahead gave 18-26
+// GB/s. All of a chunk's lines at once (18-27 PREFETCHT1 in a row for a
+// K-quant super-block of 8 rows) left the Xeon's batch-1 K-quant kernels
+// 1.2-1.5x slower than pieces of 1-3 lines spread over the chunk's steps,
+// Q8_0's 1.2x (docs/benchmarks.md).
+template <int64_t kStride, int kParts>
+inline void PrefetchAheadPart(const uint8_t* panel, int64_t c, int part, bool to_l2) {
+  const PrefetchSpan span = PrefetchPartSpan<kStride, kParts>(c, part);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(panel) + kPrefetchAheadBytes;
+  for (uintptr_t a = (base + span.lo + 63) & ~uintptr_t{63}; a < base + span.hi; a += 64) {
+    PrefetchLine(reinterpret_cast<const void*>(a), to_l2);
   }
 }
 

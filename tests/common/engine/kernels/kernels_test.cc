@@ -774,6 +774,47 @@ TEST(StreamPrefetchTest, L2OnIntelL1Elsewhere) {
   EXPECT_STREQ(StreamPrefetchName(StreamPrefetch::kL2), "l2");
 }
 
+// The pieces a kernel prefetches a chunk's lines in (PrefetchPartSpan): over
+// every chunk and piece each 64-byte line of the stream exactly once, for the
+// strides and piece counts the kernels use and any alignment of the panel.
+template <int64_t kStride, int kParts>
+void ExpectPiecesCoverLinesOnce() {
+  SCOPED_TRACE(absl::StrCat("stride=", kStride, " parts=", kParts));
+  constexpr int64_t kChunks = 40;
+  for (int64_t base : {0, 1, 8, 37, 63}) {
+    std::vector<int> seen(static_cast<size_t>((base + kChunks * kStride) / 64 + 2), 0);
+    for (int64_t c = 0; c < kChunks; ++c) {
+      for (int p = 0; p < kParts; ++p) {
+        const internal::PrefetchSpan span = internal::PrefetchPartSpan<kStride, kParts>(c, p);
+        ASSERT_LE(span.lo, span.hi);
+        for (int64_t a = (base + span.lo + 63) / 64 * 64; a < base + span.hi; a += 64) {
+          ++seen[static_cast<size_t>(a / 64)];
+        }
+      }
+    }
+    const int64_t first = (base + 63) / 64, end = (base + kChunks * kStride + 63) / 64;
+    for (int64_t line = 0; line < static_cast<int64_t>(seen.size()); ++line) {
+      EXPECT_EQ(seen[static_cast<size_t>(line)], line >= first && line < end ? 1 : 0)
+          << "base " << base << " line " << line;
+    }
+  }
+}
+
+TEST(StreamPrefetchTest, PiecesCoverEachLineOnce) {
+  ExpectPiecesCoverLinesOnce<144, 2>();  // Q4_0
+  ExpectPiecesCoverLinesOnce<272, 4>();  // Q8_0
+  ExpectPiecesCoverLinesOnce<160, 2>();  // Q4_1
+  ExpectPiecesCoverLinesOnce<176, 2>();  // Q5_0
+  ExpectPiecesCoverLinesOnce<192, 2>();  // Q5_1
+  constexpr int64_t kQ4K = internal::kQ4KLevelBytes8 + internal::kQ4KFactorBytes8;
+  constexpr int64_t kQ5K = internal::kQ5KLevelBytes8 + internal::kQ5KFactorBytes8;
+  constexpr int64_t kQ6K = internal::kQ6KLevelBytes8 + internal::kQ6KFactorBytes8;
+  ExpectPiecesCoverLinesOnce<kQ4K, 16>();
+  ExpectPiecesCoverLinesOnce<kQ5K, 16>();
+  ExpectPiecesCoverLinesOnce<kQ6K, 16>();
+  ExpectPiecesCoverLinesOnce<kQ6K, 32>();  // the 512-bit kernel
+}
+
 // ---------------------------------------------------------------------------
 // RmsNorm, SwiGlu, Rope
 // ---------------------------------------------------------------------------

@@ -176,7 +176,8 @@ double ReadBandwidth(int threads, std::array<double, bench::kProbeModes>* by_mod
   if (!cache.count(threads)) {
     constexpr size_t kBytes = size_t{1} << 30;
     constexpr size_t n = kBytes / sizeof(uint64_t);
-    static const uint64_t* buf = bench::HugePageWords(kBytes).release();
+    static const bench::HugePageWords words(kBytes);
+    const uint64_t* buf = words.get();
     base::ThreadPool pool(threads);
     std::array<double, bench::kProbeModes> best{};
     std::atomic<uint64_t> sink{0};

@@ -169,7 +169,7 @@ void BM_MemoryBandwidth(benchmark::State& state) {
   constexpr int64_t kBytes = int64_t{1} << 30;
   constexpr int64_t kWords = kBytes / 8;
   constexpr int64_t kChunks = 256;  // 4 MiB tasks, handed out dynamically
-  const auto buf = bench::HugePageWords(kBytes);
+  const bench::HugePageWords buf(kBytes);
   base::ThreadPool pool(threads);
   std::vector<uint64_t> partial(kChunks);
   for (auto _ : state) {

@@ -8,12 +8,11 @@
 // 19 (docs/benchmarks.md).
 
 #include <immintrin.h>
-#include <sys/mman.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <memory>
+
+#include "common/base/huge_pages.h"
 
 namespace tandem::engine::bench {
 
@@ -24,18 +23,20 @@ enum class ProbeMode { kPlain = 0, kPrefetchL1 = 1, kPrefetchL2 = 2 };
 inline constexpr int kProbeModes = 3;
 inline constexpr const char* kProbeModeNames[kProbeModes] = {"plain", "prefetch l1", "prefetch l2"};
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
+// `bytes` (a multiple of 2 MiB) of 64-bit words 0, 1, 2, ... in one
+// base::HugePageMapping (2 MiB-aligned, MADV_HUGEPAGE, as the arena the
+// weight copies come from), every page touched.
+class HugePageWords {
+ public:
+  explicit HugePageWords(size_t bytes) : map_(base::HugePageMapping::Map(bytes).value()) {
+    uint64_t* w = get();
+    for (size_t i = 0; i < bytes / sizeof(uint64_t); ++i) w[i] = i;
+  }
+  uint64_t* get() const { return reinterpret_cast<uint64_t*>(map_.data()); }
 
-// `bytes` (a multiple of 2 MiB) of 64-bit words 0, 1, 2, ..., 2 MiB-aligned
-// with transparent huge pages advised, every page touched.
-inline std::unique_ptr<uint64_t[], FreeDeleter> HugePageWords(size_t bytes) {
-  auto* b = static_cast<uint64_t*>(std::aligned_alloc(size_t{2} << 20, bytes));
-  madvise(b, bytes, MADV_HUGEPAGE);  // advisory: ignored where THP is off
-  for (size_t i = 0; i < bytes / sizeof(uint64_t); ++i) b[i] = i;
-  return std::unique_ptr<uint64_t[], FreeDeleter>(b);
-}
+ private:
+  base::HugePageMapping map_;
+};
 
 // Sums [p, p + n) 64-bit words (n a multiple of 16) with AVX2 loads, two per
 // 64-byte line, into four independent accumulators (the loads, not the adds,

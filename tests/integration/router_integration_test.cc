@@ -1060,6 +1060,15 @@ TEST(TandemUpTest, Disaggregated) {
 // SmolLM2-135M-Instruct from the model cache (scripts/fetch_models.sh), its
 // own chat template, disaggregated over UCX with mTLS. A real question gets a
 // real answer (greedy, so the same one every time) ending at <|im_end|>.
+// The question is one whose greedy answer does not hang on rounding: in the
+// float reference (tests/reference/gen_real_model_golden.py's forward pass)
+// every step of "The capital of France is Paris.<|im_end|>" leads its
+// runner-up by >= 1.0 logit (1.02-6.17), with llama.cpp's int8 activation
+// rounding simulated too (1.06-6.05): the margin the golden test asks of
+// SmolLM2. "What is the capital of France?", asked here before, starts on a
+// tie: "The" 25.33 vs "L" 25.24 in the reference, and int8 activations flip
+// it; a change of rounding in attention (the 512-bit kernel, 2026-12-05)
+// flipped the engine's too, into "L'Étoile, la Marseillaise, ...".
 TEST(TandemUpTest, ChatWithSmolLm2) {
   // As written: the model is a name, which tandem up resolves in the cache.
   const std::string config = absl::StrCat(TANDEM_SOURCE_DIR, "/deploy/local/chat.yaml");
@@ -1070,11 +1079,10 @@ TEST(TandemUpTest, ChatWithSmolLm2) {
   ASSERT_EQ(procs.size(), 3u) << p.output();
   const std::string http = procs[0].http_address;
   httplib::Client cli = ClientFor(http, 120);
-  auto res = cli.Post(
-      "/v1/chat/completions",
-      R"({"model":"smollm2-135m-instruct","temperature":0,"max_tokens":48,)"
-      R"("messages":[{"role":"user","content":"What is the capital of France?"}]})",
-      "application/json");
+  auto res = cli.Post("/v1/chat/completions",
+                      R"({"model":"smollm2-135m-instruct","temperature":0,"max_tokens":48,)"
+                      R"("messages":[{"role":"user","content":"Name the capital of France."}]})",
+                      "application/json");
   ASSERT_TRUE(res) << p.Tail();
   ASSERT_EQ(res->status, 200) << res->body;
   json body = json::parse(res->body);
@@ -1082,7 +1090,7 @@ TEST(TandemUpTest, ChatWithSmolLm2) {
   EXPECT_THAT(answer, HasSubstr("Paris")) << res->body;
   EXPECT_EQ(body["choices"][0]["finish_reason"], "stop") << res->body;  // <|im_end|>
   // The GGUF's template: SmolLM2's default system prompt, then the question.
-  EXPECT_EQ(body["usage"]["prompt_tokens"], 37) << res->body;
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 36) << res->body;
   p.Signal(SIGTERM);
   const absl::StatusOr<int> exit_code = p.Wait(absl::Seconds(60));
   ASSERT_TRUE(exit_code.ok()) << exit_code.status() << "\n" << p.Tail();

@@ -572,10 +572,12 @@ void PagedAttention(const float* q, int64_t n_tokens, const int32_t* positions,
   const int64_t elt = kv.dtype == GgmlType::kF16 ? 2 : 4;
   const int64_t head_stride = int64_t{bs} * hd * elt;        // one KV head of one block
   const int64_t block_stride = head_stride * kv.n_kv_heads;  // one block
-  const internal::AttendBlockFn attend =
-      ActiveIsa() == Isa::kScalar ? internal::AttendBlockScalar : internal::AttendBlockAvx2;
+  const internal::AttendBlockFn attend = ActiveIsa() == Isa::kScalar ? internal::AttendBlockScalar
+                                         : ActiveIsa() == Isa::kAvx2 ? internal::AttendBlockAvx2
+                                                                     : internal::AttendBlockAvx512;
   // Keys per AttendBlock call (bounds its score buffer).
   constexpr int kChunk = 64;
+  constexpr int64_t kAheadBlocks = 2;
   // One task per (token, KV head): the query heads of a GQA group share every
   // K/V block they read, so it is loaded into L1 once for all of them.
   pool.Run(n_tokens * kv.n_kv_heads, [&](int64_t task, int /*thread*/) {
@@ -606,10 +608,27 @@ void PagedAttention(const float* q, int64_t n_tokens, const int32_t* positions,
       DCHECK_GE(id, 0) << "token " << t << " block " << blk;
       const int64_t off = id * block_stride + h * head_stride;
       const int n = static_cast<int>(std::min<int64_t>(bs, n_keys - blk * bs));
+      // The block kAheadBlocks on (this head's part of it) is prefetched
+      // while this one is attended: a head's K and V in a block are a few
+      // KiB each, a block stride apart, and the hardware's streams start
+      // over at every 4 KiB page.
+      internal::KvBlockRef ahead_ref{};
+      const internal::KvBlockRef* ahead = nullptr;
+      if ((blk + kAheadBlocks) * bs < n_keys) {
+        const int64_t a = int64_t{table[blk + kAheadBlocks]} * block_stride + h * head_stride;
+        ahead_ref = {kbase + a, vbase + a};
+        ahead = &ahead_ref;
+      }
       for (int j0 = 0; j0 < n; j0 += kChunk) {
         const int64_t sub = int64_t{j0} * hd * elt;
-        attend(qs, group, kbase + off + sub, vbase + off + sub, kv.dtype, std::min(kChunk, n - j0),
-               hd, mx, l, acc);
+        const int nj = std::min(kChunk, n - j0);
+        internal::KvBlockRef sub_ref{};
+        if (ahead != nullptr) {
+          sub_ref = {static_cast<const uint8_t*>(ahead->k) + sub,
+                     static_cast<const uint8_t*>(ahead->v) + sub};
+        }
+        attend(qs, group, kbase + off + sub, vbase + off + sub, kv.dtype, nj, hd, mx, l, acc,
+               ahead != nullptr ? &sub_ref : nullptr);
       }
     }
     float* ot = out + (t * n_heads + int64_t{h} * group) * hd;

@@ -2166,7 +2166,8 @@ void AttendBlock(const float* q, int group, const void* k, const void* v, int n,
 }  // namespace
 
 void AttendBlockAvx2(const float* q, int group, const void* k, const void* v, GgmlType dtype, int n,
-                     int head_dim, float* m, float* l, float* acc) {
+                     int head_dim, float* m, float* l, float* acc, const KvBlockRef* ahead) {
+  const int64_t bytes = int64_t{n} * head_dim * (dtype == GgmlType::kF16 ? 2 : 4);
   if (dtype == GgmlType::kF16 && group > 1) {
     // GQA: the group's query heads all read this block. Converted to fp32
     // once (exactly: the same values every head's loads would convert), the
@@ -2179,6 +2180,21 @@ void AttendBlockAvx2(const float* q, int group, const void* k, const void* v, Gg
     const auto* kh = static_cast<const uint8_t*>(k);
     const auto* vh = static_cast<const uint8_t*>(v);
     int64_t e = 0;
+    if (ahead != nullptr) {
+      // The later block's lines into L2, one K and one V line per 64 bytes
+      // of this block converted (in a burst they stalled the conversion).
+      const auto* ak = static_cast<const char*>(ahead->k);
+      const auto* av = static_cast<const char*>(ahead->v);
+      for (; e + 32 <= elems; e += 32) {
+        PrefetchLine(ak + 2 * e, /*to_l2=*/true);
+        PrefetchLine(av + 2 * e, /*to_l2=*/true);
+#pragma GCC unroll 4
+        for (int i = 0; i < 32; i += 8) {
+          _mm256_storeu_ps(kf + e + i, Load8<GgmlType::kF16>(kh, e + i));
+          _mm256_storeu_ps(vf + e + i, Load8<GgmlType::kF16>(vh, e + i));
+        }
+      }
+    }
     for (; e + 8 <= elems; e += 8) {
       _mm256_storeu_ps(kf + e, Load8<GgmlType::kF16>(kh, e));
       _mm256_storeu_ps(vf + e, Load8<GgmlType::kF16>(vh, e));
@@ -2188,7 +2204,15 @@ void AttendBlockAvx2(const float* q, int group, const void* k, const void* v, Gg
       vf[e] = Load1<GgmlType::kF16>(vh, e);
     }
     AttendBlock<GgmlType::kF32>(q, group, kf, vf, n, head_dim, m, l, acc);
-  } else if (dtype == GgmlType::kF16) {
+    return;
+  }
+  if (ahead != nullptr) {
+    for (int64_t b = 0; b < bytes; b += 64) {
+      PrefetchLine(static_cast<const char*>(ahead->k) + b, /*to_l2=*/true);
+      PrefetchLine(static_cast<const char*>(ahead->v) + b, /*to_l2=*/true);
+    }
+  }
+  if (dtype == GgmlType::kF16) {
     AttendBlock<GgmlType::kF16>(q, group, k, v, n, head_dim, m, l, acc);
   } else {
     AttendBlock<GgmlType::kF32>(q, group, k, v, n, head_dim, m, l, acc);

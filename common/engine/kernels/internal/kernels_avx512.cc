@@ -31,13 +31,16 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 // GCC 12's avx512fintrin.h unpack intrinsics start from _mm512_undefined_*,
-// which -Wmaybe-uninitialized reports at every use (a false positive). Clang
-// has no such warning.
+// which -Wmaybe-uninitialized reports at every use (a false positive), and
+// -Wuninitialized where _mm512_reduce_* inline into a caller. Clang has no
+// such warning.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 #include "common/base/logging.h"
@@ -1063,6 +1066,244 @@ void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, base
       } else {
         MatMulAvx2(w, x, m, y, pool, packed);
       }
+      return;
+  }
+}
+
+namespace {
+
+// --- Attention ---------------------------------------------------------------
+
+// Exp256's polynomial (kernels_avx2.cc) on 16 lanes: each lane the same
+// operations, so the same bits as Exp256 gives that lane.
+inline __m512 Exp512(__m512 x) {
+  x = _mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f));
+  x = _mm512_max_ps(x, _mm512_set1_ps(-88.3762626647949f));
+  __m512 fx = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f));
+  fx = _mm512_roundscale_ps(fx, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
+  const __m512 z = _mm512_mul_ps(x, x);
+  __m512 y = _mm512_set1_ps(1.9875691500E-4f);
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507E-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073E-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894E-2f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459E-1f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201E-1f));
+  y = _mm512_fmadd_ps(y, z, x);
+  y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
+  __m512i e = _mm512_cvttps_epi32(fx);
+  e = _mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+// The slot SumLanes16 reads key j's vector from (an involution: output lane
+// L sums the lanes of slot kSumSlot[L]).
+constexpr int kSumSlot[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+
+// Lane j of the result: the sum of the 16 lanes of t[kSumSlot[j]], added in
+// a fixed tree (halves, quarters, pairs, then single lanes): 15 adds and 30
+// shuffles for 16 dot products instead of ~4 + 4 each.
+inline __m512 SumLanes16(const __m512* t) {
+  __m512 u[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[i], t[i + 8], 0x44),
+                         _mm512_shuffle_f32x4(t[i], t[i + 8], 0xEE));
+  }
+  __m512 w[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[i], u[i + 4], 0x88),
+                         _mm512_shuffle_f32x4(u[i], u[i + 4], 0xDD));
+  }
+  __m512 x[2];
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i) {
+    const __m512d a = _mm512_castps_pd(w[i]);
+    const __m512d b = _mm512_castps_pd(w[i + 2]);
+    x[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  return _mm512_add_ps(_mm512_shuffle_ps(x[0], x[1], 0x88), _mm512_shuffle_ps(x[0], x[1], 0xDD));
+}
+
+// One query head's scores against n (<= 64) fp32 keys of kC * 16 dims,
+// already softmaxed into sc[0, n) with the running m, l updated: each
+// score one fma chain over the dims (16 lanes) summed by SumLanes16.
+// Returns the correction factor for the head's accumulator.
+template <int kC>
+float ScoresSoftmax512(const float* qg, const float* k, int n, float* sc, float* m, float* l) {
+  constexpr int kHd = 16 * kC;
+  __m512 qv[kC];
+#pragma GCC unroll 8
+  for (int c = 0; c < kC; ++c) qv[c] = _mm512_loadu_ps(qg + 16 * c);
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 vmax = neg_inf;
+  for (int j0 = 0; j0 < n; j0 += 16) {
+    const int nj = std::min(16, n - j0);
+    __m512 t[16];
+#pragma GCC unroll 16
+    for (int s = 0; s < 16; ++s) {
+      const int j = kSumSlot[s];
+      if (j < nj) {
+        const float* kr = k + int64_t{j0 + j} * kHd;
+        __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kr));
+#pragma GCC unroll 8
+        for (int c = 1; c < kC; ++c) a = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kr + 16 * c), a);
+        t[s] = a;
+      } else {
+        t[s] = _mm512_setzero_ps();
+      }
+    }
+    const __mmask16 valid = static_cast<__mmask16>((1u << nj) - 1);
+    const __m512 sv = _mm512_mask_blend_ps(valid, neg_inf, SumLanes16(t));
+    _mm512_store_ps(sc + j0, sv);
+    vmax = _mm512_max_ps(vmax, sv);
+  }
+  const float new_max = std::max(*m, _mm512_reduce_max_ps(vmax));
+  // As the AVX2 kernel: an unchanged running max rescales by exactly 1.
+  const float correction =
+      new_max == *m ? 1.0f
+                    : _mm_cvtss_f32(_mm512_castps512_ps128(Exp512(_mm512_set1_ps(*m - new_max))));
+  const __m512 bmax = _mm512_set1_ps(new_max);
+  __m512 vsum = _mm512_setzero_ps();
+  for (int j0 = 0; j0 < n; j0 += 16) {
+    const int nj = std::min(16, n - j0);
+    const __m512 e = Exp512(_mm512_sub_ps(_mm512_load_ps(sc + j0), bmax));
+    _mm512_store_ps(sc + j0, e);
+    vsum = _mm512_mask_add_ps(vsum, static_cast<__mmask16>((1u << nj) - 1), vsum, e);
+  }
+  *l = *l * correction + _mm512_reduce_add_ps(vsum);
+  *m = new_max;
+  return correction;
+}
+
+// A later KV block's lines into L2, a few per step of the value loops: the
+// block's F16 reads then meet lines already on their way while this block's
+// arithmetic (all from L1) runs, instead of the reads and the arithmetic
+// taking turns.
+class AheadPrefetch {
+ public:
+  AheadPrefetch(const KvBlockRef* ahead, int64_t bytes, int64_t steps)
+      : k_(ahead != nullptr ? static_cast<const char*>(ahead->k) : nullptr),
+        v_(ahead != nullptr ? static_cast<const char*>(ahead->v) : nullptr),
+        end_(ahead != nullptr ? bytes : 0),
+        per_step_(steps > 0 ? 64 * ((bytes / 64 + steps - 1) / steps) : bytes) {}
+  void Step() {
+    const int64_t stop = std::min(end_, next_ + per_step_);
+    for (; next_ < stop; next_ += 64) {
+      PrefetchLine(k_ + next_, /*to_l2=*/true);
+      PrefetchLine(v_ + next_, /*to_l2=*/true);
+    }
+  }
+
+ private:
+  const char* k_;
+  const char* v_;
+  int64_t end_;
+  int64_t per_step_;
+  int64_t next_ = 0;
+};
+
+// acc[h][d] = acc[h][d] * corr[h] + sum_j p[h][j] v[j][d] for kH heads
+// (1 or 2, so that 2 * kC fma chains run), each dim one chain over j in order
+// (the AVX2 kernel's order, whichever heads run together).
+template <int kC, int kH>
+void AccumulateV512(const float* v, int n, const float* const* p, const float* corr,
+                    float* const* acc, AheadPrefetch& prefetch) {
+  constexpr int kHd = 16 * kC;
+  __m512 a[kH][kC];
+#pragma GCC unroll 2
+  for (int h = 0; h < kH; ++h) {
+    const __m512 vc = _mm512_set1_ps(corr[h]);
+#pragma GCC unroll 8
+    for (int c = 0; c < kC; ++c) a[h][c] = _mm512_mul_ps(_mm512_loadu_ps(acc[h] + 16 * c), vc);
+  }
+  for (int j = 0; j < n; ++j) {
+    prefetch.Step();
+    const float* vr = v + int64_t{j} * kHd;
+#pragma GCC unroll 2
+    for (int h = 0; h < kH; ++h) {
+      const __m512 pj = _mm512_set1_ps(p[h][j]);
+#pragma GCC unroll 8
+      for (int c = 0; c < kC; ++c)
+        a[h][c] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 16 * c), a[h][c]);
+    }
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < kH; ++h) {
+#pragma GCC unroll 8
+    for (int c = 0; c < kC; ++c) _mm512_storeu_ps(acc[h] + 16 * c, a[h][c]);
+  }
+}
+
+template <int kC>
+void AttendBlockZmm(const float* q, int group, const float* k, const float* v, int n, float* m,
+                    float* l, float* acc, const KvBlockRef* ahead, int64_t ahead_bytes) {
+  constexpr int kHd = 16 * kC;
+  alignas(64) float sc[2][64];
+  AheadPrefetch prefetch(ahead, ahead_bytes, int64_t{(group + 1) / 2} * n);
+  int g = 0;
+  for (; g + 2 <= group; g += 2) {
+    const float corr[2] = {
+        ScoresSoftmax512<kC>(q + g * kHd, k, n, sc[0], m + g, l + g),
+        ScoresSoftmax512<kC>(q + (g + 1) * kHd, k, n, sc[1], m + g + 1, l + g + 1)};
+    const float* p[2] = {sc[0], sc[1]};
+    float* a[2] = {acc + g * kHd, acc + (g + 1) * kHd};
+    AccumulateV512<kC, 2>(v, n, p, corr, a, prefetch);
+  }
+  if (g < group) {
+    const float corr = ScoresSoftmax512<kC>(q + g * kHd, k, n, sc[0], m + g, l + g);
+    const float* p = sc[0];
+    float* a = acc + g * kHd;
+    AccumulateV512<kC, 1>(v, n, &p, &corr, &a, prefetch);
+  }
+}
+
+}  // namespace
+
+void AttendBlockAvx512(const float* q, int group, const void* k, const void* v, GgmlType dtype,
+                       int n, int head_dim, float* m, float* l, float* acc,
+                       const KvBlockRef* ahead) {
+  const int chunks = head_dim / 16;
+  if (head_dim % 16 != 0 || (chunks != 1 && chunks != 2 && chunks != 4 && chunks != 8) || n > 64) {
+    AttendBlockAvx2(q, group, k, v, dtype, n, head_dim, m, l, acc, ahead);
+    return;
+  }
+  const float* kf = static_cast<const float*>(k);
+  const float* vf = static_cast<const float*>(v);
+  if (dtype == GgmlType::kF16) {
+    // The block to fp32 once (exact), for every head's loops.
+    static thread_local ScratchBuffer scratch;
+    const int64_t elems = int64_t{n} * head_dim;
+    auto* kw = static_cast<float*>(scratch.Get(2 * elems * sizeof(float)));
+    float* vw = kw + elems;
+    const auto* kh = static_cast<const uint16_t*>(k);
+    const auto* vh = static_cast<const uint16_t*>(v);
+    // elems is a multiple of 16 (head_dim is).
+    for (int64_t e = 0; e < elems; e += 16) {
+      _mm512_storeu_ps(
+          kw + e, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kh + e))));
+      _mm512_storeu_ps(
+          vw + e, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vh + e))));
+    }
+    kf = kw;
+    vf = vw;
+  }
+  const int64_t bytes = int64_t{n} * head_dim * (dtype == GgmlType::kF16 ? 2 : 4);
+  switch (chunks) {
+    case 1:
+      AttendBlockZmm<1>(q, group, kf, vf, n, m, l, acc, ahead, bytes);
+      return;
+    case 2:
+      AttendBlockZmm<2>(q, group, kf, vf, n, m, l, acc, ahead, bytes);
+      return;
+    case 4:
+      AttendBlockZmm<4>(q, group, kf, vf, n, m, l, acc, ahead, bytes);
+      return;
+    default:
+      AttendBlockZmm<8>(q, group, kf, vf, n, m, l, acc, ahead, bytes);
       return;
   }
 }

@@ -250,9 +250,16 @@ void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y,
 // One KV block for `group` query heads sharing a KV head: q is [group][head_dim]
 // (already scaled), k and v point at the block's [block_size][head_dim] rows of
 // that KV head in `dtype`; only the first `n` keys count. Updates the running
-// max m[g], sum l[g] and unnormalized output acc[g][head_dim].
+// max m[g], sum l[g] and unnormalized output acc[g][head_dim]. `ahead`, when
+// not null, is a later block's K and V (same layout, the same n x head_dim
+// values) for the function to prefetch while it works on this one.
+struct KvBlockRef {
+  const void* k;
+  const void* v;
+};
 using AttendBlockFn = void (*)(const float* q, int group, const void* k, const void* v,
-                               GgmlType dtype, int n, int head_dim, float* m, float* l, float* acc);
+                               GgmlType dtype, int n, int head_dim, float* m, float* l, float* acc,
+                               const KvBlockRef* ahead);
 
 // --- Scalar reference (kernels_scalar.cc) -------------------------------------
 void QuantizeActsScalar(const float* x, int64_t m, int64_t cols, const QuantizedActs& out);
@@ -261,7 +268,8 @@ void RmsNormScalar(const float* x, const float* weight, int64_t rows, int64_t n,
                    float* out);
 void SwiGluScalar(const float* gate, const float* up, int64_t n, float* out);
 void AttendBlockScalar(const float* q, int group, const void* k, const void* v, GgmlType dtype,
-                       int n, int head_dim, float* m, float* l, float* acc);
+                       int n, int head_dim, float* m, float* l, float* acc,
+                       const KvBlockRef* ahead);
 // Row r of w as floats.
 void DequantizeRowScalar(const WeightView& w, int64_t r, float* out);
 
@@ -279,7 +287,7 @@ void RmsNormAvx2(const float* x, const float* weight, int64_t rows, int64_t n, f
                  float* out);
 void SwiGluAvx2(const float* gate, const float* up, int64_t n, float* out);
 void AttendBlockAvx2(const float* q, int group, const void* k, const void* v, GgmlType dtype, int n,
-                     int head_dim, float* m, float* l, float* acc);
+                     int head_dim, float* m, float* l, float* acc, const KvBlockRef* ahead);
 // Packs rows [r0, r0 + 16) (clamped to w.rows; missing rows repeat the last)
 // and columns [k0, k0 + kc) of a float-type matrix (F32/F16/BF16) as fp32,
 // k-major: out[k][16]. Used by the AVX2 and AVX-512 float GEMMs.
@@ -327,6 +335,14 @@ inline void LoadAmxTileConfig(const AmxTileConfig& cfg) {
 // panels form their integer block dots on AMX-INT8 tiles (the same bits).
 void MatMulAvx512(const WeightView& w, const float* x, int64_t m, float* y, base::ThreadPool& pool,
                   bool vnni, const uint8_t* packed = nullptr, bool amx = false);
+// AttendBlockFn with zmm: each score one fma chain over 16-lane pieces of
+// the dims, 16 scores' lanes summed in one shuffle tree, the values pass
+// two heads at a time (head_dim 16, 32, 64 or 128; otherwise, and past 64
+// keys, AttendBlockAvx2). Not the AVX2 kernel's bits (other sums), the same
+// bits for a head whatever the group size or batch.
+void AttendBlockAvx512(const float* q, int group, const void* k, const void* v, GgmlType dtype,
+                       int n, int head_dim, float* m, float* l, float* acc,
+                       const KvBlockRef* ahead);
 
 // --- Weights repacked once at load (WeightMatrix::Create) ---------------------
 // A micro-kernel over one prepacked panel: y[i][0..nvalid) for the rows i of

@@ -206,7 +206,8 @@ void SwiGluScalar(const float* gate, const float* up, int64_t n, float* out) {
 }
 
 void AttendBlockScalar(const float* q, int group, const void* k, const void* v, GgmlType dtype,
-                       int n, int head_dim, float* m, float* l, float* acc) {
+                       int n, int head_dim, float* m, float* l, float* acc,
+                       const KvBlockRef* /*ahead*/) {
   auto load = [dtype](const void* base, int64_t idx) {
     return dtype == GgmlType::kF16 ? HalfToFloat(static_cast<const uint16_t*>(base)[idx])
                                    : static_cast<const float*>(base)[idx];

@@ -1124,6 +1124,7 @@ TEST_P(PagedAttentionTest, MatchesNaiveSoftmax) {
     for (int ratio : {1, 2, 3, 4, 7}) {
       CheckPagedAttention({dtype, 2, ratio, 64, 16}, ++seed);
     }
+    CheckPagedAttention({dtype, 2, 6, 128, 16}, ++seed);  // Qwen2.5-1.5B's heads (8 zmm each)
     CheckPagedAttention({dtype, 1, 2, 20, 16}, ++seed);  // head_dim not a multiple of 8
     CheckPagedAttention({dtype, 2, 2, 32, 8}, ++seed);   // other block size
     CheckPagedAttention({dtype, 1, 1, 16, 80}, ++seed);  // block larger than one chunk

@@ -245,28 +245,66 @@ void QuantGemmPanels(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
                      base::ThreadPool& pool, int panel_rows, int64_t panel_bytes, int mr_max,
                      int64_t budget_bytes, absl::FunctionRef<void(int64_t r0, uint8_t* out)> pack,
                      absl::FunctionRef<void(int mr, const uint8_t* panel, const QuantizedActs& xa,
-                                            float* y, int nvalid)>
-                         tile) {
+                                            float* y, int nvalid, AheadBytes ahead)>
+                         tile,
+                     PanelSource source) {
   const PanelTasks pt = SplitPanels(w.rows, m, pool, panel_rows, panel_bytes, mr_max, budget_bytes);
   const int64_t n_panels = pt.n_panels, group = pt.group, per_task = pt.per_task;
   const int64_t n_tasks = pt.n_tasks;
+  const int64_t n_tiles = (m + mr_max - 1) / mr_max;
+  const bool interleave = source.base != nullptr && n_tiles <= kAheadMaxTiles;
   pool.Run(n_tasks, [&](int64_t task, int /*thread*/) {
     static thread_local ScratchBuffer scratch;
     auto* buffer = static_cast<uint8_t*>(scratch.Get(group * panel_bytes));
     const int64_t p_end = std::min(n_panels, (task + 1) * per_task);
+    // Share k of `calls` of panel p's source (none past the task's panels).
+    auto ahead_of = [&](int64_t p, int64_t k, int64_t calls) {
+      if (source.base == nullptr || p >= p_end) {
+        return AheadBytes{};
+      }
+      const uint8_t* begin = source.base + p * source.panel_bytes;
+      const int64_t bytes = std::min<int64_t>(source.panel_bytes, source.end - begin);
+      if (bytes <= 0) {
+        return AheadBytes{};
+      }
+      const int64_t lo = k * bytes / calls, hi = (k + 1) * bytes / calls;
+      return AheadBytes{begin + lo, hi - lo};
+    };
     for (int64_t p0 = task * per_task; p0 < p_end; p0 += group) {
       const int64_t np = std::min(group, p_end - p0);
+      auto run_tile = [&](int64_t t, int64_t i0, int64_t p, AheadBytes ahead) {
+        const int64_t r0 = (p0 + p) * panel_rows;
+        const int nvalid = static_cast<int>(std::min<int64_t>(panel_rows, w.rows - r0));
+        tile(BalancedTile(m, n_tiles, t), buffer + p * panel_bytes, RowsFrom(xa, i0, w.cols),
+             y + i0 * w.rows + r0, nvalid, ahead);
+      };
+      if (!interleave) {
+        for (int64_t p = 0; p < np; ++p) {
+          pack((p0 + p) * panel_rows, buffer + p * panel_bytes);
+        }
+        for (int64_t t = 0, i0 = 0; t < n_tiles; i0 += BalancedTile(m, n_tiles, t++)) {
+          const int mr = BalancedTile(m, n_tiles, t);
+          const QuantizedActs xi = RowsFrom(xa, i0, w.cols);
+          for (int64_t p = 0; p < np; ++p) {
+            const int64_t r0 = (p0 + p) * panel_rows;
+            const int nvalid = static_cast<int>(std::min<int64_t>(panel_rows, w.rows - r0));
+            tile(mr, buffer + p * panel_bytes, xi, y + i0 * w.rows + r0, nvalid, AheadBytes{});
+          }
+        }
+        continue;
+      }
+      // Calls between the group's last pack and the next group's first: the
+      // first tile on the last panel, then every other tile's sweep.
+      const int64_t last_calls = 1 + (n_tiles - 1) * np;
       for (int64_t p = 0; p < np; ++p) {
         pack((p0 + p) * panel_rows, buffer + p * panel_bytes);
+        run_tile(0, 0, p, ahead_of(p0 + p + 1, 0, p + 1 < np ? 1 : last_calls));
       }
-      const int64_t n_tiles = (m + mr_max - 1) / mr_max;
-      for (int64_t t = 0, i0 = 0; t < n_tiles; i0 += BalancedTile(m, n_tiles, t++)) {
-        const int mr = BalancedTile(m, n_tiles, t);
-        const QuantizedActs xi = RowsFrom(xa, i0, w.cols);
+      int64_t k = 1;
+      for (int64_t t = 1, i0 = BalancedTile(m, n_tiles, 0); t < n_tiles;
+           i0 += BalancedTile(m, n_tiles, t++)) {
         for (int64_t p = 0; p < np; ++p) {
-          const int64_t r0 = (p0 + p) * panel_rows;
-          const int nvalid = static_cast<int>(std::min<int64_t>(panel_rows, w.rows - r0));
-          tile(mr, buffer + p * panel_bytes, xi, y + i0 * w.rows + r0, nvalid);
+          run_tile(t, i0, p, ahead_of(p0 + np, k++, last_calls));
         }
       }
     }

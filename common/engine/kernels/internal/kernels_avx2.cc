@@ -614,7 +614,8 @@ void MatMulQuantAvx2(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
       w, xa, m, y, pool, kQPanelRows, xa.nb * PanelBlockBytes(w.type, layout),
       w.type == GgmlType::kQ4_0 ? kQMrQ4 : kQMrQ8, kPanelBudgetBytes,
       [&](int64_t r0, uint8_t* out) { PackQuantPanel(w, r0, layout, packed, out); },
-      [&](int mr, const uint8_t* panel, const QuantizedActs& xi, float* yt, int nvalid) {
+      [&](int mr, const uint8_t* panel, const QuantizedActs& xi, float* yt, int nvalid,
+          AheadBytes /*ahead*/) {
         QuantKernelTile(w.type, layout, mr, panel, xi, w.cols, yt, w.rows, nvalid);
       });
 }

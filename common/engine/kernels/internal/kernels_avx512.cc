@@ -437,7 +437,8 @@ void MatMulQuantVnni(const WeightView& w, const uint8_t* packed, const float* x,
   QuantGemmPanels(
       w, xa, m, y, pool, kPanelRows, xa.nb * kPanelBlock, amx ? kAmxMr : kQMr, kPanelBudgetBytes,
       [&](int64_t r0, uint8_t* out) { PackQuantPanel16(w, r0, packed, out, /*signed_q4=*/amx); },
-      [&](int mr, const uint8_t* panel, const QuantizedActs& xi, float* yt, int nvalid) {
+      [&](int mr, const uint8_t* panel, const QuantizedActs& xi, float* yt, int nvalid,
+          AheadBytes /*ahead*/) {
         if (amx) {
           AmxTile(mr, panel, xi, w.cols, yt, w.rows, nvalid);
         } else if (q4) {

@@ -30,9 +30,12 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -813,6 +816,140 @@ TEST(StreamPrefetchTest, PiecesCoverEachLineOnce) {
   ExpectPiecesCoverLinesOnce<kQ5K, 16>();
   ExpectPiecesCoverLinesOnce<kQ6K, 16>();
   ExpectPiecesCoverLinesOnce<kQ6K, 32>();  // the 512-bit kernel
+}
+
+// A tile call's `ahead` in `parts` pieces (one per kernel step): every line
+// that starts in the range goes out once, in order, and nothing else.
+TEST(StreamPrefetchTest, AheadPartsCoverEachLineOnce) {
+  alignas(64) static uint8_t bytes[4096];
+  for (int64_t offset : {0, 1, 63, 64, 200}) {
+    for (int64_t size : {0, 1, 64, 100, 1000, 3000}) {
+      for (int64_t parts : {1, 2, 7, 24, 140}) {
+        SCOPED_TRACE(absl::StrCat("offset ", offset, " size ", size, " parts ", parts));
+        const internal::AheadBytes ahead{bytes + offset, size};
+        std::vector<int64_t> lines;
+        for (int64_t part = 0; part < parts; ++part) {
+          const internal::PrefetchSpan span = internal::AheadPartLines(ahead, part, parts);
+          EXPECT_EQ(span.lo % 64, 0);
+          for (int64_t a = span.lo; a < span.hi; a += 64) {
+            lines.push_back(a - reinterpret_cast<intptr_t>(bytes));
+          }
+        }
+        std::vector<int64_t> want;
+        for (int64_t a = (offset + 63) / 64 * 64; a < offset + size; a += 64) {
+          want.push_back(a);
+        }
+        EXPECT_EQ(lines, want);
+      }
+    }
+  }
+}
+
+// QuantGemmPanels with a source (at most kAheadMaxTiles activation tiles):
+// every tile call's `ahead` lies in the source of the next panel its thread
+// packs (the bytes that pack will read), no byte is handed out twice, each
+// panel's source is covered whole or not at all (not: the first panel of a
+// task), and most are covered; every (tile, panel) runs once with its
+// balanced tile size. Past kAheadMaxTiles tiles, or without a source,
+// `ahead` stays empty.
+TEST(QuantGemmPanelsTest, AheadHandsOutTheNextPackSourceOnce) {
+  constexpr int64_t kCols = 64, kPanelRows = 16, kMrMax = 16, kSource = 1000;
+  // Past one tile, groups of 2 panels (budget 2 * kPanelBytes), tasks of
+  // several groups (101 panels).
+  constexpr int64_t kPanelBytes = 100;
+  for (int64_t rows : {kPanelRows * 100 + 5, kPanelRows * 3}) {
+    for (int64_t m : {1, 16, 17, 40, 64, 65}) {
+      for (int threads : {1, 2}) {
+        for (bool with_source : {true, false}) {
+          SCOPED_TRACE(absl::StrCat("rows=", rows, " m=", m, " threads=", threads,
+                                    with_source ? "" : " no source"));
+          const int64_t n_panels = (rows + kPanelRows - 1) / kPanelRows;
+          const int64_t n_tiles = (m + kMrMax - 1) / kMrMax;
+          const bool ahead_expected = with_source && n_tiles <= internal::kAheadMaxTiles;
+          // The last panel's source clipped by `end`.
+          std::vector<uint8_t> source(n_panels * kSource - 300);
+          internal::PanelSource src;
+          if (with_source) {
+            src = {source.data(), kSource, source.data() + source.size()};
+          }
+          const internal::WeightView w{GgmlType::kQ4_0, nullptr, rows, kCols, 0};
+          internal::ScratchBuffer act_buffer;
+          const internal::QuantizedActs xa = internal::AllocQuantizedActs(act_buffer, m, kCols);
+          std::vector<float> y(m * rows);
+          struct Event {
+            int64_t pack_panel;  // -1: a tile call
+            int64_t lo, hi;      // its ahead, as offsets into `source`
+          };
+          std::mutex mu;
+          std::map<std::thread::id, std::vector<Event>> log;
+          std::vector<int> runs(n_tiles * n_panels, 0);
+          base::ThreadPool pool(threads);
+          internal::QuantGemmPanels(
+              w, xa, m, y.data(), pool, kPanelRows, kPanelBytes, kMrMax, 2 * kPanelBytes,
+              [&](int64_t r0, uint8_t* /*out*/) {
+                std::lock_guard<std::mutex> lock(mu);
+                log[std::this_thread::get_id()].push_back({r0 / kPanelRows, 0, 0});
+              },
+              [&](int mr, const uint8_t* /*panel*/, const internal::QuantizedActs& xi, float* yt,
+                  int nvalid, internal::AheadBytes ahead) {
+                std::lock_guard<std::mutex> lock(mu);
+                const int64_t off = yt - y.data();
+                const int64_t i0 = off / rows, p = off % rows / kPanelRows;
+                int64_t t = 0;
+                for (int64_t at = 0; at < i0; at += internal::BalancedTile(m, n_tiles, t++)) {
+                }
+                EXPECT_EQ(mr, internal::BalancedTile(m, n_tiles, t));
+                EXPECT_EQ(xi.qs, xa.qs + i0 * kCols);
+                EXPECT_EQ(nvalid, std::min<int64_t>(kPanelRows, rows - p * kPanelRows));
+                ++runs[t * n_panels + p];
+                int64_t lo = 0, hi = 0;
+                if (ahead.bytes > 0) {
+                  lo = ahead.p - source.data();
+                  hi = lo + ahead.bytes;
+                }
+                log[std::this_thread::get_id()].push_back({-1, lo, hi});
+              },
+              src);
+          EXPECT_THAT(runs, ::testing::Each(1));
+          std::vector<int> covered(source.size(), 0);
+          for (const auto& [thread, events] : log) {
+            for (size_t e = 0; e < events.size(); ++e) {
+              if (events[e].pack_panel >= 0 || events[e].hi == events[e].lo) {
+                continue;
+              }
+              ASSERT_TRUE(ahead_expected);
+              size_t next = e + 1;
+              while (next < events.size() && events[next].pack_panel < 0) {
+                ++next;
+              }
+              ASSERT_LT(next, events.size()) << "an ahead with no pack after it on its thread";
+              const int64_t p = events[next].pack_panel;
+              EXPECT_GE(events[e].lo, p * kSource);
+              EXPECT_LE(events[e].hi,
+                        std::min<int64_t>((p + 1) * kSource, static_cast<int64_t>(source.size())));
+              for (int64_t b = events[e].lo; b < events[e].hi; ++b) {
+                ++covered[b];
+              }
+            }
+          }
+          EXPECT_THAT(covered, ::testing::Each(::testing::Le(1)));
+          int64_t whole = 0;
+          for (int64_t p = 0; p < n_panels; ++p) {
+            const auto begin = covered.begin() + p * kSource;
+            const auto end = covered.begin() + std::min<int64_t>((p + 1) * kSource, source.size());
+            const int64_t n = std::count(begin, end, 1);
+            EXPECT_TRUE(n == 0 || n == end - begin) << "panel " << p << ": " << n << " bytes";
+            whole += n > 0 ? 1 : 0;
+          }
+          if (ahead_expected && n_panels > 3) {
+            EXPECT_GE(2 * whole, n_panels);
+          } else if (!ahead_expected) {
+            EXPECT_EQ(whole, 0);
+          }
+        }
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------

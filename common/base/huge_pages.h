@@ -7,8 +7,9 @@
 // 5632x2048 matrix-vector product ran 1.3-1.5x faster from huge pages than
 // from 4 KiB ones, with the same kernel and the same software prefetches.
 // (The KV pool stays in 4 KiB pages: huge pages there gave nothing
-// measurable at 4k-16k tokens of context and would fault in 2 MiB per
-// touched block per layer.)
+// measurable at 4k-16k tokens of context, also re-measured once the decode
+// benchmarks read the pool from memory (docs/benchmarks.md, session 25), and
+// would fault in 2 MiB per touched block per layer.)
 // Linux only backs a 2 MiB-aligned, 2 MiB-long piece of a mapping advised
 // with MADV_HUGEPAGE (under THP "madvise", the usual default) by one huge
 // page, so mappings here start on a 2 MiB boundary and are advised. Where THP

@@ -294,7 +294,12 @@ TEST(HttpFrontTest, FiveHundredConcurrentStreamsAllComplete) {
 TEST(HttpFrontTest, ReaderThatStopsReadingIsCancelled) {
   // 8 choices x 2000 tokens with logprobs: megabytes of SSE, far more than
   // the 4 KiB allowed here plus what a small receive window lets through.
-  auto w = Colocated(std::vector<int32_t>(2000, 100), absl::ZeroDuration());
+  // A token a millisecond keeps each choice's worker stream going for 2 s,
+  // long after the router must have cancelled it: with no delay the fake
+  // worker could write a whole choice (~60 KB) into gRPC's flow-control
+  // window before the router's cancel, end the stream normally and never see
+  // it (1 run in 30 with two CPU hogs beside it).
+  auto w = Colocated(std::vector<int32_t>(2000, 100), absl::Milliseconds(1));
   auto h = Router({w->address()}, [](RouterConfig& c) { c.limits.max_stream_buffer_bytes = 4096; });
   ASSERT_TRUE(h->WaitForLive(1));
   std::unique_ptr<RawConn> c = RawConn::Start(h->http_port(), /*receive_buffer=*/4096);

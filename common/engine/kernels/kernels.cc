@@ -259,7 +259,7 @@ void QuantGemmPanels(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
     const int64_t p_end = std::min(n_panels, (task + 1) * per_task);
     // Share k of `calls` of panel p's source (none past the task's panels).
     auto ahead_of = [&](int64_t p, int64_t k, int64_t calls) {
-      if (source.base == nullptr || p >= p_end) {
+      if (p >= p_end) {
         return AheadBytes{};
       }
       const uint8_t* begin = source.base + p * source.panel_bytes;
@@ -283,12 +283,8 @@ void QuantGemmPanels(const WeightView& w, const QuantizedActs& xa, int64_t m, fl
           pack((p0 + p) * panel_rows, buffer + p * panel_bytes);
         }
         for (int64_t t = 0, i0 = 0; t < n_tiles; i0 += BalancedTile(m, n_tiles, t++)) {
-          const int mr = BalancedTile(m, n_tiles, t);
-          const QuantizedActs xi = RowsFrom(xa, i0, w.cols);
           for (int64_t p = 0; p < np; ++p) {
-            const int64_t r0 = (p0 + p) * panel_rows;
-            const int nvalid = static_cast<int>(std::min<int64_t>(panel_rows, w.rows - r0));
-            tile(mr, buffer + p * panel_bytes, xi, y + i0 * w.rows + r0, nvalid, AheadBytes{});
+            run_tile(t, i0, p, AheadBytes{});
           }
         }
         continue;

@@ -514,11 +514,25 @@ void KernelF32x32(const T* panel, int64_t panel_stride, int64_t kc, const float*
                   int64_t ldy, int nvalid2, bool accumulate) {
   static_assert(MR >= 1 && MR <= kFMr);
   const T* panel2 = panel + panel_stride;
+  // Reading the copy (few tiles, the first from DRAM): both panels' lines
+  // kPrefetchAheadBytes ahead, one line of each per two k.
+  constexpr bool kFromCopy = Src != GgmlType::kF32;
+  const bool to_l2 = kFromCopy && StreamPrefetchToL2();
   __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
          c8 = c0, c9 = c0, c10 = c0, c11 = c0;
   __m512 d0 = c0, d1 = c0, d2 = c0, d3 = c0, d4 = c0, d5 = c0, d6 = c0, d7 = c0, d8 = c0, d9 = c0,
          d10 = c0, d11 = c0;
   for (int64_t k = 0; k < kc; ++k, x += MR) {
+    if constexpr (kFromCopy) {
+      if ((k & 1) == 0) {
+        PrefetchLine(reinterpret_cast<const uint8_t*>(panel) + k * kPanelRows * 2 +
+                         kPrefetchAheadBytes,
+                     to_l2);
+        PrefetchLine(reinterpret_cast<const uint8_t*>(panel2) + k * kPanelRows * 2 +
+                         kPrefetchAheadBytes,
+                     to_l2);
+      }
+    }
     const __m512 w = LoadPanelRow<Src>(panel, k);
     const __m512 w2 = LoadPanelRow<Src>(panel2, k);
 #define F_STEP(I)                           \

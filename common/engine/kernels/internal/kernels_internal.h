@@ -248,6 +248,8 @@ using FloatTile2HalfFn = void (*)(int mr, const uint8_t* half, int64_t stride, i
 // copy with it rather than convert each chunk into the buffer first (which
 // costs a store and a load of every value, repaid only over many tiles).
 inline constexpr int64_t kFloatHalfMaxTiles = 3;
+// At most this many panels per GemmFloatPanels task.
+inline constexpr int64_t kFloatMaxGroup = 16;
 
 // The float GEMM: tasks of 4 panels of 16 weight rows, converted to fp32 per
 // kFloatKc columns into a per-thread buffer, every activation tile (at most

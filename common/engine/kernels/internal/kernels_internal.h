@@ -251,8 +251,10 @@ inline constexpr int64_t kFloatHalfMaxTiles = 3;
 // At most this many panels per GemmFloatPanels task.
 inline constexpr int64_t kFloatMaxGroup = 16;
 
-// The float GEMM: tasks of 4 panels of 16 weight rows, converted to fp32 per
-// kFloatKc columns into a per-thread buffer, every activation tile (at most
+// The float GEMM: tasks of panels of 16 weight rows (up to kFloatMaxGroup
+// through the buffer, fewer where that leaves under two tasks a thread; 4 when
+// sweeping the copy), converted to fp32 per kFloatKc columns into a per-thread
+// buffer, every activation tile (at most
 // `mr_max` rows, balanced) swept over them by `tile2` (pairs of panels, when
 // given) and `tile`. The panels come from w (PackFloatPanel16Avx2: sixteen
 // rows gathered and transposed) or, for F16/BF16 with `packed` (the load-time

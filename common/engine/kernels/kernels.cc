@@ -138,14 +138,14 @@ void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y,
   // task's panels while its kFloatKc columns of x stay in L1, so x is streamed
   // from L2/L3 once per task and k chunk: up to kFloatMaxGroup panels (256 KiB
   // of fp32 per chunk, in L2), fewer where that would leave under two tasks per
-  // thread. Sweeping the copy (half_pairs, few tiles, x small) 4 panels: their
-  // chunks stay in L1 for every tile, and 4 streams from DRAM prefetch better
-  // than 16 (16 measured 0.8x at batch 32, 1 thread).
-  const int64_t kGroup =
-      half_pairs ? 4
-                 : std::clamp<int64_t>(n_panels / (2 * int64_t{pool.num_threads()}), 1,
-                                       kFloatMaxGroup);
-  const int64_t n_tasks = (n_panels + kGroup - 1) / kGroup;
+  // thread. Sweeping the copy (half_pairs, few tiles, x small) kFloatCopyGroup
+  // panels: their chunks stay in L1 for every tile, and 4 streams from DRAM
+  // prefetch better than 16 (16 measured 0.8x at batch 32, 1 thread).
+  const int64_t group =
+      half_pairs
+          ? kFloatCopyGroup
+          : std::clamp<int64_t>(n_panels / (2 * int64_t{pool.num_threads()}), 1, kFloatMaxGroup);
+  const int64_t n_tasks = (n_panels + group - 1) / group;
   // Activations k-major per tile: tile t (rows [i0, i0 + mr)) at xp + i0 * cols.
   static thread_local ScratchBuffer x_scratch;
   auto* xp = static_cast<float*>(x_scratch.Get(static_cast<size_t>(m * cols) * sizeof(float)));
@@ -172,9 +172,9 @@ void GemmFloatPanels(const WeightView& w, const float* x, int64_t m, float* y,
   }
   pool.Run(n_tasks, [&](int64_t task, int /*thread*/) {
     static thread_local ScratchBuffer scratch;
-    auto* buffer = static_cast<float*>(scratch.Get(kGroup * panel_floats * sizeof(float)));
-    const int64_t p0 = task * kGroup;
-    const int64_t np = std::min(kGroup, n_panels - p0);
+    auto* buffer = static_cast<float*>(scratch.Get(group * panel_floats * sizeof(float)));
+    const int64_t p0 = task * group;
+    const int64_t np = std::min(group, n_panels - p0);
     for (int64_t k0 = 0; k0 < cols; k0 += kFloatKc) {
       const int64_t kc = std::min(kFloatKc, cols - k0);
       // With half_pairs only an odd last panel goes through the buffer.

@@ -248,15 +248,17 @@ using FloatTile2HalfFn = void (*)(int mr, const uint8_t* half, int64_t stride, i
 // copy with it rather than convert each chunk into the buffer first (which
 // costs a store and a load of every value, repaid only over many tiles).
 inline constexpr int64_t kFloatHalfMaxTiles = 3;
-// At most this many panels per GemmFloatPanels task.
+// Panels per GemmFloatPanels task: at most this many through the buffer ...
 inline constexpr int64_t kFloatMaxGroup = 16;
+// ... and this many when the tiles sweep the copy (tile2_half).
+inline constexpr int64_t kFloatCopyGroup = 4;
 
 // The float GEMM: tasks of panels of 16 weight rows (up to kFloatMaxGroup
-// through the buffer, fewer where that leaves under two tasks a thread; 4 when
-// sweeping the copy), converted to fp32 per kFloatKc columns into a per-thread
-// buffer, every activation tile (at most
-// `mr_max` rows, balanced) swept over them by `tile2` (pairs of panels, when
-// given) and `tile`. The panels come from w (PackFloatPanel16Avx2: sixteen
+// through the buffer, fewer where that leaves under two tasks a thread;
+// kFloatCopyGroup when sweeping the copy), converted to fp32 per kFloatKc
+// columns into a per-thread buffer, every activation tile (at most `mr_max`
+// rows, balanced) swept over them by `tile2` (pairs of panels, when given) and
+// `tile`. The panels come from w (PackFloatPanel16Avx2: sixteen
 // rows gathered and transposed) or, for F16/BF16 with `packed` (the load-time
 // copy, PrepackAvx2), from its [k][16] chunks (ConvertFloatPanelAvx2: one
 // contiguous stream): the same values either way. The activations are first

@@ -509,7 +509,9 @@ TEST(LevelKernelsTest, AmxAndVnniAgreeBitwise) {
   types.push_back(GgmlType::kQ4_0);
   types.push_back(GgmlType::kQ8_0);
   for (GgmlType type : types) {
-    for (int64_t cols : {int64_t{512}, int64_t{480}}) {
+    // 16, 15, 14 and 13 blocks: LevelKernelAmx's pipeline of two-block steps
+    // ends on an odd or an even step, whole or a lone block.
+    for (int64_t cols : {int64_t{512}, int64_t{480}, int64_t{448}, int64_t{416}}) {
       if (cols % GgmlBlockSize(type) != 0) {
         continue;  // K-quants: 256-element super-blocks
       }

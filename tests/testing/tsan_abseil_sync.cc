@@ -16,12 +16,9 @@
 //
 // Not linked into any other build: it redefines Abseil symbols.
 
-#include <dlfcn.h>
 #include <sanitizer/tsan_interface.h>
 
 #include <atomic>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -29,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "tests/testing/tsan_real.h"
 
 #if !defined(__SANITIZE_THREAD__)
 #error "tsan_abseil_sync.cc is for -fsanitize=thread builds only"
@@ -63,13 +61,7 @@ std::string Mangle(const char* prefix, const char* body) {
 
 template <typename Fn>
 Fn Real(const char* prefix, const char* body) {
-  const std::string name = Mangle(prefix, body);
-  void* sym = dlsym(RTLD_NEXT, name.c_str());
-  if (sym == nullptr) {
-    std::fprintf(stderr, "tsan_abseil_sync: %s not found in Abseil: %s\n", name.c_str(), dlerror());
-    std::abort();
-  }
-  return reinterpret_cast<Fn>(sym);
+  return tandem::testing::RealSymbol<Fn>("Abseil", Mangle(prefix, body).c_str());
 }
 
 // The library's definition of each function, looked up once.

@@ -14,9 +14,10 @@
 // 2026-12-07: the std::function moved out of the tag in
 // CallbackWithStatusTag::Run against its construction in CallbackUnaryCall).
 // Most runs escaped only because gRPC's own absl::Mutex locks, annotated by
-// tsan_abseil_sync.cc, happened to order the two threads. Suppressing by frame cannot cover that: the racing top
-// frame is whichever std::function internal the compiler left un-inlined,
-// and the writer's stack is often too old to restore.
+// tsan_abseil_sync.cc, happened to order the two threads. Suppressing by
+// frame cannot cover it: the racing top frame is whichever std::function
+// internal the compiler left un-inlined, and the writer's stack is often
+// too old to restore.
 //
 // Each function below is defined in the executable, so ELF symbol
 // interposition makes libgrpc++ (which calls them through its PLT) use it;
@@ -29,12 +30,10 @@
 //
 // Not linked into any other build: it redefines gRPC symbols.
 
-#include <dlfcn.h>
 #include <grpc/grpc.h>
 #include <sanitizer/tsan_interface.h>
 
-#include <cstdio>
-#include <cstdlib>
+#include "tests/testing/tsan_real.h"
 
 #if !defined(__SANITIZE_THREAD__)
 #error "tsan_grpc_sync.cc is for -fsanitize=thread builds only"
@@ -44,12 +43,7 @@ namespace {
 
 template <typename Fn>
 Fn Real(const char* name) {
-  void* sym = dlsym(RTLD_NEXT, name);
-  if (sym == nullptr) {
-    std::fprintf(stderr, "tsan_grpc_sync: %s not found in gRPC: %s\n", name, dlerror());
-    std::abort();
-  }
-  return reinterpret_cast<Fn>(sym);
+  return tandem::testing::RealSymbol<Fn>("gRPC", name);
 }
 
 grpc_event Completed(grpc_event ev) {

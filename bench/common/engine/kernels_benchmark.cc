@@ -5,6 +5,7 @@
 //                                      (ffn gate/up), 2 = 2048x5632 (ffn down),
 //                                      3 = 32000x2048 (lm head); rows x cols.
 //   BM_MemoryBandwidth/threads         read bandwidth (1 GiB in huge pages, AVX2 loads)
+//   BM_FmaPeak/threads                 fp32 FMA peak (the float GEMMs' compute bound)
 //   BM_PagedAttention/batch/ctx/dtype/threads
 //   BM_ThreadPoolJob/threads/tasks     fork/join overhead of one job
 //
@@ -182,6 +183,73 @@ void BM_MemoryBandwidth(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kBytes);
 }
 BENCHMARK(BM_MemoryBandwidth)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Peak fp32 multiply-add rate, the compute bound of the float GEMMs (F16 and
+// BF16 weights multiply in fp32: prefill and batched decode of those files).
+// Independent chains of vfmadd231ps on registers, no memory traffic: 16 chains
+// of 512 bits on the AVX-512 ISAs, 12 of 256 bits on AVX2 (enough to cover a
+// 4-5 cycle latency on two FMA pipes). "flop/s" counts 2 per lane per FMA.
+constexpr int64_t kFmaSteps = int64_t{1} << 20;  // per task: 16 Mi zmm FMAs
+
+__attribute__((target("avx512f"))) float FmaChains512(float seed) {
+  __m512 a[16];
+  for (int j = 0; j < 16; ++j) a[j] = _mm512_set1_ps(seed + 0.001f * static_cast<float>(j));
+  const __m512 m = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-7f);
+  for (int64_t i = 0; i < kFmaSteps; ++i) {
+    for (int j = 0; j < 16; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
+  }
+  __m512 s = a[0];
+  for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, a[j]);
+  alignas(64) float t[16];  // not _mm512_reduce_add_ps: GCC 12 warns inside it
+  _mm512_store_ps(t, s);
+  float sum = 0.0f;
+  for (float v : t) sum += v;
+  return sum;
+}
+
+__attribute__((target("avx2,fma"))) float FmaChains256(float seed) {
+  __m256 a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_ps(seed + 0.001f * static_cast<float>(j));
+  const __m256 m = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
+  for (int64_t i = 0; i < kFmaSteps; ++i) {
+    for (int j = 0; j < 12; ++j) a[j] = _mm256_fmadd_ps(a[j], m, c);
+  }
+  __m256 s = a[0];
+  for (int j = 1; j < 12; ++j) s = _mm256_add_ps(s, a[j]);
+  alignas(32) float t[8];
+  _mm256_store_ps(t, s);
+  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
+void BM_FmaPeak(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const bool wide = ActiveIsa() >= Isa::kAvx512;
+  if (ActiveIsa() < Isa::kAvx2) {
+    state.SkipWithError("needs AVX2 + FMA");
+    return;
+  }
+  const int64_t tasks = 4 * threads;
+  base::ThreadPool pool(threads);
+  std::vector<float> sink(tasks);
+  for (auto _ : state) {
+    pool.Run(tasks, [&](int64_t task, int) {
+      const float seed = 1.0f + 0.01f * static_cast<float>(task);
+      sink[task] = wide ? FmaChains512(seed) : FmaChains256(seed);
+    });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  const double flops_per_task = static_cast<double>(kFmaSteps) * (wide ? 16 * 16 : 12 * 8) * 2;
+  state.counters["flop/s"] = benchmark::Counter(
+      flops_per_task * static_cast<double>(tasks) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+  state.SetLabel(wide ? "zmm" : "ymm");
+}
+BENCHMARK(BM_FmaPeak)
     ->ArgName("threads")
     ->Arg(1)
     ->Arg(2)
